@@ -1,0 +1,77 @@
+//! Command-line interface definitions (clap). `main.rs` dispatches on these.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::names::DEFAULT_PROVISIONER_NAME;
+
+/// A Kubernetes dynamic volume provisioner that runs each provisioning step as a Job.
+#[derive(Debug, Parser)]
+#[command(name = "flex-provisioner", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the Job (and the PV template) that a claim would produce, without a cluster.
+    ///
+    /// Reads a provisioner ConfigMap, its StorageClass and a PersistentVolumeClaim from YAML
+    /// files. A claim without metadata.uid gets a stable made-up one, so the output can be
+    /// compared between runs.
+    Render(RenderArgs),
+    /// Validate provisioner ConfigMaps offline; exits 1 when any has an error.
+    ///
+    /// Prints one line per problem: file, ConfigMap, key, what is wrong and how to fix it.
+    /// StorageClasses in the same files (or given with --class) enable the checks that need
+    /// both, such as `node-local` on a class that binds Immediately.
+    Check(CheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct Common {
+    /// Provisioner name this instance serves (StorageClass `provisioner`, ConfigMap `plugin-name`).
+    #[arg(long, env = "FLEX_PROVISIONER_NAME", default_value = DEFAULT_PROVISIONER_NAME)]
+    pub provisioner_name: String,
+}
+
+#[derive(Debug, Args)]
+pub struct RenderArgs {
+    /// YAML file holding the provisioner ConfigMap.
+    #[arg(long, value_name = "CM.yaml")]
+    pub config: PathBuf,
+    /// YAML file holding the StorageClass the ConfigMap configures.
+    #[arg(long, value_name = "SC.yaml")]
+    pub class: PathBuf,
+    /// YAML file holding the PersistentVolumeClaim.
+    #[arg(long, value_name = "PVC.yaml")]
+    pub claim: PathBuf,
+    /// YAML file holding the Node the scheduler selected (WaitForFirstConsumer classes).
+    #[arg(long, value_name = "NODE.yaml")]
+    pub node: Option<PathBuf>,
+    /// Attempt number; from 2 on the Job name gets a `-<attempt>` suffix.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub attempt: u32,
+    /// Seconds a finished Job is kept (ttlSecondsAfterFinished).
+    #[arg(long, default_value_t = crate::job::DEFAULT_JOB_TTL_SECONDS)]
+    pub job_ttl: i32,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// YAML files holding ConfigMaps (and optionally their StorageClasses).
+    #[arg(required = true, value_name = "CM.yaml")]
+    pub files: Vec<PathBuf>,
+    /// Extra YAML files holding StorageClasses to check the ConfigMaps against.
+    #[arg(long = "class", value_name = "SC.yaml")]
+    pub classes: Vec<PathBuf>,
+    /// Treat warnings as errors (exit 1 when there is any).
+    #[arg(long)]
+    pub strict: bool,
+    #[command(flatten)]
+    pub common: Common,
+}

@@ -1,0 +1,398 @@
+//! Parsing one ConfigMap into a `ProvisionerConfig`, collecting every problem on the way.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+
+use super::keys::{is_reserved, looks_like_secret, misspelt_reserved_key};
+use super::problem::Problem;
+use super::{
+    DEFAULT_PERMANENT_EXIT_CODE, DEFAULT_RETRIES, DEFAULT_TIMEOUT, MAX_RETRIES, Parameter,
+    ProvisionerConfig, pod_template, values,
+};
+use crate::names::{
+    BUILTIN_ENV, CONFIG_TYPE_VALUE, LABEL_CONFIG_CLASS, LABEL_CONFIG_TYPE, is_dns_subdomain,
+    is_env_name, parameter_env_name,
+};
+use crate::template::{self, Finding};
+
+/// The outcome of reading one ConfigMap.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// The ConfigMap names another provisioner in `plugin-name`; it is not ours to judge.
+    Ignored { reason: String },
+    /// Ours. `config` is present exactly when no problem is an error.
+    Checked {
+        config: Option<ProvisionerConfig>,
+        problems: Vec<Problem>,
+    },
+}
+
+/// Words in a key that say its value is a filesystem path or a name in one.
+const PATH_WORDS: &[&str] = &[
+    "path",
+    "dir",
+    "directory",
+    "export",
+    "mount",
+    "folder",
+    "subdir",
+    "share",
+    "prefix",
+];
+
+pub fn parse_config_map(cm: &ConfigMap, provisioner_name: &str) -> Verdict {
+    let data = cm.data.clone().unwrap_or_default();
+    if let Some(plugin) = data.get("plugin-name").map(|p| p.trim())
+        && plugin != provisioner_name
+    {
+        return Verdict::Ignored {
+            reason: format!(
+                "its plugin-name `{plugin}` is not this provisioner (`{provisioner_name}`); run with --provisioner-name {plugin} or change plugin-name to serve it here"
+            ),
+        };
+    }
+    let mut p = Parser {
+        problems: Vec::new(),
+    };
+    let labels = cm.metadata.labels.clone().unwrap_or_default();
+    let storage_class = p.discovery_labels(&labels);
+    if cm.binary_data.as_ref().is_some_and(|b| !b.is_empty()) {
+        p.problems.push(Problem::error(
+            None,
+            "binaryData is set, but only `data` is read",
+            "move the values into `data`",
+        ));
+    }
+    let config = p.build(cm, &data, storage_class);
+    let has_errors = p.problems.iter().any(Problem::is_error);
+    Verdict::Checked {
+        config: if has_errors { None } else { config },
+        problems: p.problems,
+    }
+}
+
+struct Parser {
+    problems: Vec<Problem>,
+}
+
+impl Parser {
+    fn err(&mut self, key: &str, what: impl Into<String>, fix: impl Into<String>) {
+        self.problems.push(Problem::error(Some(key), what, fix));
+    }
+
+    fn discovery_labels(&mut self, labels: &BTreeMap<String, String>) -> String {
+        if labels.get(LABEL_CONFIG_TYPE).map(String::as_str) != Some(CONFIG_TYPE_VALUE) {
+            self.problems.push(Problem::error(
+                None,
+                format!("the ConfigMap lacks the label `{LABEL_CONFIG_TYPE}: {CONFIG_TYPE_VALUE}`, so the provisioner never finds it"),
+                format!("add `{LABEL_CONFIG_TYPE}: {CONFIG_TYPE_VALUE}` under metadata.labels"),
+            ));
+        }
+        match labels.get(LABEL_CONFIG_CLASS) {
+            Some(class) if is_dns_subdomain(class) => class.clone(),
+            Some(class) => {
+                self.problems.push(Problem::error(
+                    None,
+                    format!(
+                        "label `{LABEL_CONFIG_CLASS}: {class}` is not a valid StorageClass name"
+                    ),
+                    "use the exact metadata.name of the StorageClass",
+                ));
+                String::new()
+            }
+            None => {
+                self.problems.push(Problem::error(
+                    None,
+                    format!(
+                        "the ConfigMap lacks the label `{LABEL_CONFIG_CLASS}`, so no class uses it"
+                    ),
+                    format!(
+                        "add `{LABEL_CONFIG_CLASS}: <StorageClass name>` under metadata.labels"
+                    ),
+                ));
+                String::new()
+            }
+        }
+    }
+
+    /// Runs a value parser, recording its error against the key.
+    fn value<T>(
+        &mut self,
+        key: &str,
+        raw: &str,
+        parse: impl FnOnce(&str) -> Result<T, String>,
+    ) -> Option<T> {
+        match parse(raw) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.err(key, e, fix_for(key));
+                None
+            }
+        }
+    }
+
+    /// Compiles and lints one template; returns whether it reads `node.*`.
+    fn template(&mut self, key: &str, source: &str) -> bool {
+        let compiled = match template::compile(source) {
+            Ok(t) => t,
+            Err(e) => {
+                self.err(
+                    key,
+                    e.to_string(),
+                    "close every `{{` with `}}` and every `{{#block}}` with `{{/block}}`",
+                );
+                return false;
+            }
+        };
+        let mut uses_node = false;
+        for finding in template::lint(&compiled) {
+            match finding {
+                Finding::UnknownVariable { path, known } => self.err(
+                    key,
+                    format!("the template uses unknown variable `{path}`"),
+                    format!("use one of: {}", known.join(", ")),
+                ),
+                Finding::UnknownHelper { name } => self.err(
+                    key,
+                    format!("the template calls unknown helper `{name}`"),
+                    format!(
+                        "use one of: {}",
+                        template::HELPERS
+                            .iter()
+                            .map(|(h, _)| *h)
+                            .chain(template::BUILTIN_HELPERS.iter().copied())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ),
+                Finding::UnsanitisedUserText { path } if is_path_like(key, source) => {
+                    self.problems.push(Problem::warning(
+                        Some(key),
+                        format!("`{path}` is free text chosen by the claim's author and goes into a path unsanitised (`../` or `/` would escape it)"),
+                        format!("wrap it: {{{{dnslabel {path}}}}}"),
+                    ));
+                }
+                Finding::UnsanitisedUserText { .. } => {}
+                Finding::UsesNode { .. } => uses_node = true,
+            }
+        }
+        uses_node
+    }
+
+    fn list(
+        &mut self,
+        key: &str,
+        raw: &str,
+        templated: bool,
+        node_users: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        let list = self.value(key, raw, values::string_list)?;
+        if templated {
+            for (i, entry) in list.iter().enumerate() {
+                if self.template(&format!("{key}[{i}]"), entry) {
+                    node_users.push(format!("{key}[{i}]"));
+                }
+            }
+        }
+        Some(list)
+    }
+
+    fn build(
+        &mut self,
+        cm: &ConfigMap,
+        data: &BTreeMap<String, String>,
+        storage_class: String,
+    ) -> Option<ProvisionerConfig> {
+        let mut c = ProvisionerConfig {
+            namespace: cm
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into()),
+            name: cm.metadata.name.clone().unwrap_or_default(),
+            storage_class,
+            image: String::new(),
+            service_account: None,
+            node_selector: BTreeMap::new(),
+            command: None,
+            args: None,
+            deprovision_image: None,
+            deprovision_command: None,
+            deprovision_args: None,
+            timeout: DEFAULT_TIMEOUT,
+            retries: DEFAULT_RETRIES,
+            max_attempts: None,
+            permanent_exit_codes: BTreeSet::from([DEFAULT_PERMANENT_EXIT_CODE]),
+            node_local: false,
+            pod_template: None,
+            max_concurrent: None,
+            parameters: BTreeMap::new(),
+            node_users: Vec::new(),
+        };
+        let mut image = None;
+        let mut envs: BTreeMap<String, String> = BTreeMap::new();
+        for (key, raw) in data {
+            match key.as_str() {
+                "plugin-name" => {}
+                "image" => image = self.value(key, raw, values::image),
+                "service-account-name" => {
+                    c.service_account = self.value(key, raw, |v| {
+                        let v = v.trim();
+                        if is_dns_subdomain(v) {
+                            Ok(v.to_owned())
+                        } else {
+                            Err(format!("`{v}` is not a valid service account name"))
+                        }
+                    });
+                }
+                "node-selector" => {
+                    c.node_selector = self
+                        .value(key, raw, values::node_selector)
+                        .unwrap_or_default();
+                }
+                "command" => c.command = self.list(key, raw, false, &mut c.node_users),
+                "args" => c.args = self.list(key, raw, true, &mut c.node_users),
+                "deprovision-image" => c.deprovision_image = self.value(key, raw, values::image),
+                "deprovision-command" => {
+                    c.deprovision_command = self.list(key, raw, false, &mut c.node_users)
+                }
+                "deprovision-args" => {
+                    c.deprovision_args = self.list(key, raw, true, &mut c.node_users)
+                }
+                "timeout" => {
+                    c.timeout = self
+                        .value(key, raw, values::duration)
+                        .unwrap_or(DEFAULT_TIMEOUT)
+                }
+                "retries" => {
+                    c.retries = self
+                        .value(key, raw, |v| values::integer(v, 0, MAX_RETRIES))
+                        .unwrap_or(DEFAULT_RETRIES);
+                }
+                "max-attempts" => {
+                    c.max_attempts = self.value(key, raw, |v| values::integer(v, 1, 1000))
+                }
+                "permanent-exit-codes" => {
+                    c.permanent_exit_codes =
+                        self.value(key, raw, values::exit_codes).unwrap_or_default();
+                }
+                "node-local" => {
+                    c.node_local = self.value(key, raw, values::boolean).unwrap_or(false)
+                }
+                "pod-template" => c.pod_template = self.value(key, raw, pod_template::parse),
+                "max-concurrent" => {
+                    c.max_concurrent = self.value(key, raw, |v| values::integer(v, 1, 10_000))
+                }
+                _ => {
+                    debug_assert!(!is_reserved(key));
+                    if let Some(param) = self.parameter(key, raw, &mut envs) {
+                        if self.template(key, raw) {
+                            c.node_users.push(key.clone());
+                        }
+                        c.parameters.insert(key.clone(), param);
+                    }
+                }
+            }
+        }
+        if let Some(t) = &c.pod_template {
+            for name in pod_template::env_names(t) {
+                if BUILTIN_ENV.contains(&name.as_str()) || envs.contains_key(&name) {
+                    self.err(
+                        "pod-template",
+                        format!("sets env var `{name}`, which the provisioner already sets"),
+                        "rename it; built-in variables and parameters cannot be overridden",
+                    );
+                }
+            }
+        }
+        match image {
+            Some(i) => {
+                if !values::image_is_pinned(&i) {
+                    self.problems.push(Problem::warning(
+                        Some("image"),
+                        format!("`{i}` has no tag or uses `latest`, so nodes may run different code"),
+                        "pin a version tag or a digest, e.g. `:1.4` or `@sha256:...`",
+                    ));
+                }
+                c.image = i;
+            }
+            None if !data.contains_key("image") => self.err(
+                "image",
+                "is missing; without it there is nothing to run",
+                "set `image:` to the provisioner image, e.g. `registry.example.com/nfs-provision:1.0`",
+            ),
+            None => {}
+        }
+        Some(c)
+    }
+
+    /// Checks a non-reserved key: not a credential, not a misspelt reserved key, and an env
+    /// name that is valid and unique.
+    fn parameter(
+        &mut self,
+        key: &str,
+        raw: &str,
+        envs: &mut BTreeMap<String, String>,
+    ) -> Option<Parameter> {
+        if let Some(why) = looks_like_secret(key, raw) {
+            let fix = if key == "service-token" {
+                "delete it and set `service-account-name`: the Job's pod gets that account's credentials from Kubernetes"
+            } else {
+                "keep credentials in a Secret and hand them to the pod through `pod-template` (env valueFrom.secretKeyRef or a secret volume)"
+            };
+            self.err(key, format!("looks like a credential ({why}); ConfigMaps are readable by anyone who can read the namespace"), fix);
+            return None;
+        }
+        if let Some(meant) = misspelt_reserved_key(key) {
+            self.err(
+                key,
+                format!("looks like a misspelling of the reserved key `{meant}`, so it would silently become a parameter"),
+                format!("rename it to `{meant}`, or choose a parameter name that is not so close to it"),
+            );
+            return None;
+        }
+        let env = parameter_env_name(key);
+        if !is_env_name(&env) {
+            self.err(
+                key,
+                format!("gives env var name `{env}`, which is not valid"),
+                "start the parameter name with a letter",
+            );
+            return None;
+        }
+        if BUILTIN_ENV.contains(&env.as_str()) {
+            self.err(
+                key,
+                format!("gives env var `{env}`, which is a built-in variable of the Job"),
+                "rename the parameter; the built-in value is always set by the provisioner",
+            );
+            return None;
+        }
+        if let Some(other) = envs.insert(env.clone(), key.to_owned()) {
+            self.err(
+                key,
+                format!("gives env var `{env}`, the same as parameter `{other}`"),
+                "rename one of them; both would be handed to the pod under one name",
+            );
+            return None;
+        }
+        Some(Parameter {
+            template: raw.to_owned(),
+            env,
+        })
+    }
+}
+
+fn is_path_like(key: &str, source: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    PATH_WORDS.iter().any(|w| k.contains(w)) || source.contains('/')
+}
+
+fn fix_for(key: &str) -> String {
+    super::keys::RESERVED_KEYS
+        .iter()
+        .find(|(k, _, _)| *k == key)
+        .map(|(_, default, meaning)| format!("`{key}` is {meaning} (default {default})"))
+        .unwrap_or_else(|| "correct the value".into())
+}

@@ -1,0 +1,412 @@
+//! Jobs for an action (DESIGN §5): one builder for provisioning and deprovisioning.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::batch::v1::{
+    Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement,
+    PodFailurePolicyOnPodConditionsPattern, PodFailurePolicyRule,
+};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, EnvVar, NodeAffinity, NodeSelector, NodeSelectorRequirement,
+    NodeSelectorTerm, PersistentVolume, PodSecurityContext, PodSpec, PodTemplateSpec,
+    SeccompProfile, SecurityContext,
+};
+use kube::api::ObjectMeta;
+use serde::{Deserialize, Serialize};
+
+use crate::claim::{ClaimRequest, NodeInfo};
+use crate::config::{ClassConfig, pod_template};
+use crate::names::{
+    ANN_CLAIM, ANN_CONFIG, ANN_STORAGE_CLASS, Action, CONTAINER_NAME, LABEL_ACTION, LABEL_ATTEMPT,
+    LABEL_CLAIM_UID, LABEL_MANAGED_BY, LABEL_VOLUME, MANAGED_BY_VALUE, TERMINATION_MESSAGE_PATH,
+    job_name, parameter_env_name, pv_name,
+};
+use crate::rendered::Rendered;
+use crate::volume::recorded_parameters;
+
+/// Default time a finished Job is kept so its logs can be read (flag `--job-ttl`).
+pub const DEFAULT_JOB_TTL_SECONDS: i32 = 3600;
+
+/// How to run one kind of Job. The deprovision recipe is recorded on the PV when the volume
+/// is provisioned, so deprovisioning works after the ConfigMap changed or was deleted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobRecipe {
+    /// Namespace the Jobs run in: the ConfigMap's, admin-owned, never the user's.
+    pub namespace: String,
+    /// `namespace/name` of the ConfigMap the recipe came from.
+    pub config: String,
+    pub image: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// Already rendered: the claim may be gone when a deprovision recipe is used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// The node the pod must run on (`node-local`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_template: Option<PodTemplateSpec>,
+    pub timeout_seconds: u64,
+    pub retries: u32,
+    pub permanent_exit_codes: BTreeSet<i32>,
+}
+
+impl JobRecipe {
+    fn from_config(config: &ClassConfig, node: Option<&NodeInfo>) -> Self {
+        let p = &config.provisioner;
+        JobRecipe {
+            namespace: p.namespace.clone(),
+            config: p.source(),
+            image: p.image.clone(),
+            command: p.command.clone(),
+            args: None,
+            service_account: p.service_account.clone(),
+            node_selector: p.node_selector.clone(),
+            node: node.filter(|_| p.node_local).map(|n| n.name.clone()),
+            pod_template: p.pod_template.clone(),
+            timeout_seconds: p.timeout.as_secs(),
+            retries: p.retries,
+            permanent_exit_codes: p.permanent_exit_codes.clone(),
+        }
+    }
+
+    pub fn provision(config: &ClassConfig, rendered: &Rendered, node: Option<&NodeInfo>) -> Self {
+        JobRecipe {
+            args: rendered.args.clone(),
+            ..Self::from_config(config, node)
+        }
+    }
+
+    /// `deprovision-image`/`-command`/`-args` where given, else the provisioning ones.
+    pub fn deprovision(config: &ClassConfig, rendered: &Rendered, node: Option<&NodeInfo>) -> Self {
+        let p = &config.provisioner;
+        let base = Self::from_config(config, node);
+        JobRecipe {
+            image: p.deprovision_image.clone().unwrap_or(base.image.clone()),
+            command: p.deprovision_command.clone().or(base.command.clone()),
+            args: rendered
+                .deprovision_args
+                .clone()
+                .or_else(|| rendered.args.clone()),
+            ..base
+        }
+    }
+}
+
+/// Everything a claim's provisioning Job is made from.
+#[derive(Debug, Clone, Copy)]
+pub struct ProvisionContext<'a> {
+    pub config: &'a ClassConfig,
+    pub claim: &'a ClaimRequest,
+    pub node: Option<&'a NodeInfo>,
+    pub rendered: &'a Rendered,
+    pub pv_template: &'a PersistentVolume,
+    pub provisioner_name: &'a str,
+}
+
+/// The provisioning Job for attempt `attempt` of a claim.
+pub fn provision_job(cx: ProvisionContext<'_>, attempt: u32, ttl_seconds: i32) -> Job {
+    let ProvisionContext {
+        config,
+        claim,
+        node,
+        rendered,
+        pv_template,
+        provisioner_name,
+    } = cx;
+    let volume = pv_name(&claim.uid);
+    let class = &config.class;
+    let env = vec![
+        ("ACTION", Action::Provision.as_str().to_owned()),
+        ("PROVISIONER_NAME", provisioner_name.to_owned()),
+        ("PV_NAME", volume.clone()),
+        ("PVC_NAME", claim.name.clone()),
+        ("PVC_NAMESPACE", claim.namespace.clone()),
+        ("PVC_UID", claim.uid.clone()),
+        ("STORAGE_CLASS", class.name.clone()),
+        ("RECLAIM_POLICY", class.reclaim_policy.clone()),
+        ("MOUNT_OPTIONS", class.mount_options.join(",")),
+        ("VOLUME_MODE", claim.volume_mode.clone()),
+        ("ACCESS_MODES", claim.access_modes.join(",")),
+        ("REQUESTED_BYTES", claim.bytes.to_string()),
+        ("REQUESTED_SIZE", claim.requested.clone()),
+        (
+            "SELECTED_NODE",
+            claim.selected_node.clone().unwrap_or_default(),
+        ),
+        (
+            "PV_TEMPLATE",
+            serde_json::to_string(pv_template).unwrap_or_default(),
+        ),
+        ("PARAMETERS", rendered.parameters_json()),
+        ("TERMINATION_LOG", TERMINATION_MESSAGE_PATH.to_owned()),
+    ];
+    build(JobInput {
+        action: Action::Provision,
+        name: job_name(Action::Provision, &claim.uid, attempt),
+        attempt,
+        claim_uid: claim.uid.clone(),
+        volume,
+        claim_ref: format!("{}/{}", claim.namespace, claim.name),
+        storage_class: class.name.clone(),
+        recipe: JobRecipe::provision(config, rendered, node),
+        env,
+        parameters: &rendered.parameters,
+        ttl_seconds,
+    })
+}
+
+/// The deprovisioning Job for attempt `attempt` of a PV we provisioned, built only from
+/// what is recorded on the PV.
+pub fn deprovision_job(
+    pv: &PersistentVolume,
+    recipe: JobRecipe,
+    provisioner_name: &str,
+    attempt: u32,
+    ttl_seconds: i32,
+) -> Job {
+    let volume = pv.metadata.name.clone().unwrap_or_default();
+    let spec = pv.spec.clone().unwrap_or_default();
+    let claim = spec.claim_ref.clone().unwrap_or_default();
+    let capacity = spec
+        .capacity
+        .as_ref()
+        .and_then(|c| c.get("storage"))
+        .map(|q| q.0.clone())
+        .unwrap_or_default();
+    let bytes = crate::quantity::parse_bytes(&capacity)
+        .map(|b| b.to_string())
+        .unwrap_or_default();
+    let parameters = recorded_parameters(pv);
+    let mut pv_json = pv.clone();
+    pv_json.metadata.managed_fields = None;
+    let env = vec![
+        ("ACTION", Action::Deprovision.as_str().to_owned()),
+        ("PROVISIONER_NAME", provisioner_name.to_owned()),
+        ("PV_NAME", volume.clone()),
+        ("PVC_NAME", claim.name.clone().unwrap_or_default()),
+        ("PVC_NAMESPACE", claim.namespace.clone().unwrap_or_default()),
+        ("PVC_UID", claim.uid.clone().unwrap_or_default()),
+        (
+            "STORAGE_CLASS",
+            spec.storage_class_name.clone().unwrap_or_default(),
+        ),
+        (
+            "RECLAIM_POLICY",
+            spec.persistent_volume_reclaim_policy
+                .clone()
+                .unwrap_or_default(),
+        ),
+        (
+            "MOUNT_OPTIONS",
+            spec.mount_options.clone().unwrap_or_default().join(","),
+        ),
+        (
+            "VOLUME_MODE",
+            spec.volume_mode
+                .clone()
+                .unwrap_or_else(|| "Filesystem".into()),
+        ),
+        (
+            "ACCESS_MODES",
+            spec.access_modes.clone().unwrap_or_default().join(","),
+        ),
+        ("REQUESTED_BYTES", bytes),
+        ("REQUESTED_SIZE", capacity),
+        ("SELECTED_NODE", recipe.node.clone().unwrap_or_default()),
+        (
+            "PARAMETERS",
+            serde_json::to_string(&parameters).unwrap_or_default(),
+        ),
+        (
+            "PV_JSON",
+            serde_json::to_string(&pv_json).unwrap_or_default(),
+        ),
+        ("TERMINATION_LOG", TERMINATION_MESSAGE_PATH.to_owned()),
+    ];
+    build(JobInput {
+        action: Action::Deprovision,
+        name: job_name(Action::Deprovision, &volume, attempt),
+        attempt,
+        claim_uid: claim.uid.clone().unwrap_or_default(),
+        volume,
+        claim_ref: format!(
+            "{}/{}",
+            claim.namespace.unwrap_or_default(),
+            claim.name.unwrap_or_default()
+        ),
+        storage_class: spec.storage_class_name.unwrap_or_default(),
+        recipe,
+        env,
+        parameters: &parameters,
+        ttl_seconds,
+    })
+}
+
+struct JobInput<'a> {
+    action: Action,
+    name: String,
+    attempt: u32,
+    claim_uid: String,
+    volume: String,
+    claim_ref: String,
+    storage_class: String,
+    recipe: JobRecipe,
+    env: Vec<(&'static str, String)>,
+    parameters: &'a BTreeMap<String, String>,
+    ttl_seconds: i32,
+}
+
+fn build(input: JobInput<'_>) -> Job {
+    let JobInput {
+        action,
+        name,
+        attempt,
+        claim_uid,
+        volume,
+        claim_ref,
+        storage_class,
+        recipe,
+        env,
+        parameters,
+        ttl_seconds,
+    } = input;
+    let labels = BTreeMap::from([
+        (LABEL_MANAGED_BY.to_owned(), MANAGED_BY_VALUE.to_owned()),
+        (LABEL_ACTION.to_owned(), action.as_str().to_owned()),
+        (LABEL_CLAIM_UID.to_owned(), claim_uid),
+        (LABEL_VOLUME.to_owned(), volume),
+        (LABEL_ATTEMPT.to_owned(), attempt.to_string()),
+    ]);
+    let annotations = BTreeMap::from([
+        (ANN_CLAIM.to_owned(), claim_ref),
+        (ANN_STORAGE_CLASS.to_owned(), storage_class),
+        (ANN_CONFIG.to_owned(), recipe.config.clone()),
+    ]);
+    let env: Vec<EnvVar> = env
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .chain(
+            parameters
+                .iter()
+                .map(|(k, v)| (parameter_env_name(k), v.clone())),
+        )
+        .map(|(name, value)| EnvVar {
+            name,
+            value: Some(value),
+            value_from: None,
+        })
+        .collect();
+    let container = Container {
+        name: CONTAINER_NAME.to_owned(),
+        image: Some(recipe.image.clone()),
+        command: recipe.command.clone(),
+        args: recipe.args.clone(),
+        env: Some(env),
+        termination_message_path: Some(TERMINATION_MESSAGE_PATH.to_owned()),
+        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".to_owned()]),
+                add: None,
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let affinity = recipe
+        .node
+        .as_ref()
+        .map(|node| k8s_openapi::api::core::v1::Affinity {
+            // Matching the node by field, as DaemonSets do, keeps the scheduler in charge of
+            // taints and resources instead of bypassing it with nodeName.
+            node_affinity: Some(NodeAffinity {
+                required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                    node_selector_terms: vec![NodeSelectorTerm {
+                        match_fields: Some(vec![NodeSelectorRequirement {
+                            key: "metadata.name".to_owned(),
+                            operator: "In".to_owned(),
+                            values: Some(vec![node.clone()]),
+                        }]),
+                        ..Default::default()
+                    }],
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    let ours = PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(labels.clone()),
+            annotations: Some(annotations.clone()),
+            ..Default::default()
+        }),
+        spec: Some(PodSpec {
+            restart_policy: Some("Never".to_owned()),
+            service_account_name: recipe.service_account.clone(),
+            node_selector: (!recipe.node_selector.is_empty()).then(|| recipe.node_selector.clone()),
+            affinity,
+            security_context: Some(PodSecurityContext {
+                run_as_non_root: Some(true),
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "RuntimeDefault".to_owned(),
+                    localhost_profile: None,
+                }),
+                ..Default::default()
+            }),
+            containers: vec![container],
+            ..Default::default()
+        }),
+    };
+    let template = match &recipe.pod_template {
+        Some(theirs) => pod_template::merge(&ours, theirs),
+        None => ours,
+    };
+    let mut rules = Vec::new();
+    if !recipe.permanent_exit_codes.is_empty() {
+        rules.push(PodFailurePolicyRule {
+            action: "FailJob".to_owned(),
+            on_exit_codes: Some(PodFailurePolicyOnExitCodesRequirement {
+                container_name: Some(CONTAINER_NAME.to_owned()),
+                operator: "In".to_owned(),
+                values: recipe.permanent_exit_codes.iter().copied().collect(),
+            }),
+            on_pod_conditions: None,
+        });
+    }
+    // A pod evicted or preempted says nothing about the request; it must not use up retries.
+    rules.push(PodFailurePolicyRule {
+        action: "Ignore".to_owned(),
+        on_exit_codes: None,
+        on_pod_conditions: Some(vec![PodFailurePolicyOnPodConditionsPattern {
+            type_: "DisruptionTarget".to_owned(),
+            status: Some("True".to_owned()),
+        }]),
+    });
+    Job {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: Some(recipe.namespace.clone()),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            ..Default::default()
+        },
+        spec: Some(JobSpec {
+            backoff_limit: Some(i32::try_from(recipe.retries).unwrap_or(i32::MAX)),
+            active_deadline_seconds: Some(
+                i64::try_from(recipe.timeout_seconds).unwrap_or(i64::MAX),
+            ),
+            ttl_seconds_after_finished: Some(ttl_seconds),
+            pod_failure_policy: Some(PodFailurePolicy { rules }),
+            template,
+            ..Default::default()
+        }),
+        status: None,
+    }
+}

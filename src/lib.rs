@@ -1,0 +1,48 @@
+//! flex-provisioner: a Kubernetes dynamic volume provisioner that runs each provisioning
+//! step as a Job built from an admin's ConfigMap.
+#![forbid(unsafe_code)]
+
+pub mod claim;
+pub mod cli;
+pub mod config;
+pub mod job;
+pub mod names;
+pub mod offline;
+pub mod quantity;
+pub mod rendered;
+pub mod template;
+pub mod volume;
+
+/// Errors of the library. `category()` gives a bounded label for metrics and logs.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Config(#[from] config::ConfigErrors),
+    #[error("the ConfigMap is not used: {0}")]
+    ConfigIgnored(String),
+    #[error("{0}")]
+    ConfigMismatch(String),
+    #[error("the claim cannot be provisioned: {0}")]
+    Claim(#[from] claim::ClaimError),
+    #[error(transparent)]
+    Render(#[from] rendered::RenderFailure),
+    #[error("{path}: {message}")]
+    Input { path: String, message: String },
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+impl Error {
+    /// A label from a fixed set, safe to use in metrics (never an object name or message).
+    pub fn category(&self) -> &'static str {
+        match self {
+            Error::Config(_) | Error::ConfigIgnored(_) | Error::ConfigMismatch(_) => "config",
+            Error::Claim(_) => "claim",
+            Error::Render(_) => "template",
+            Error::Input { .. } => "input",
+            Error::Kube(_) => "api",
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,294 @@
+//! Names, label and annotation keys, and the validation rules the API server applies to them.
+//!
+//! Every object we generate must pass API validation, so the rules live here once and the
+//! builders call them instead of trusting their inputs.
+
+/// The provisioner name used when `--provisioner-name` is not given.
+pub const DEFAULT_PROVISIONER_NAME: &str = "flex-provisioner.io/job";
+/// Prefix of every label, annotation and finalizer we own.
+pub const PREFIX: &str = "flex-provisioner.io/";
+
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY_VALUE: &str = "flex-provisioner";
+pub const LABEL_ACTION: &str = "flex-provisioner.io/action";
+pub const LABEL_CLAIM_UID: &str = "flex-provisioner.io/claim-uid";
+pub const LABEL_VOLUME: &str = "flex-provisioner.io/volume";
+pub const LABEL_ATTEMPT: &str = "flex-provisioner.io/attempt";
+
+pub const ANN_CLAIM: &str = "flex-provisioner.io/claim";
+pub const ANN_STORAGE_CLASS: &str = "flex-provisioner.io/storage-class";
+pub const ANN_CONFIG: &str = "flex-provisioner.io/config";
+pub const ANN_IMAGE: &str = "flex-provisioner.io/image";
+pub const ANN_DEPROVISION_IMAGE: &str = "flex-provisioner.io/deprovision-image";
+pub const ANN_SERVICE_ACCOUNT: &str = "flex-provisioner.io/service-account";
+pub const ANN_PARAMETERS: &str = "flex-provisioner.io/parameters";
+/// Everything else a deprovision Job needs (command, args, placement, pod-template...), so
+/// that deprovisioning never depends on the ConfigMap still existing unchanged.
+pub const ANN_DEPROVISION_SPEC: &str = "flex-provisioner.io/deprovision-spec";
+pub const FINALIZER_DEPROVISION: &str = "flex-provisioner.io/deprovision";
+
+/// Annotations written by Kubernetes that provisioners read (same keys as the sig-storage library).
+pub const ANN_STORAGE_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
+pub const ANN_STORAGE_PROVISIONER_BETA: &str = "volume.beta.kubernetes.io/storage-provisioner";
+pub const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+pub const ANN_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
+pub const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
+
+/// ConfigMap discovery labels (DESIGN §3).
+pub const LABEL_CONFIG_TYPE: &str = "type";
+pub const CONFIG_TYPE_VALUE: &str = "provisioner-config";
+pub const LABEL_CONFIG_CLASS: &str = "storage-class";
+
+/// Name of the single container in every Job we create.
+pub const CONTAINER_NAME: &str = "provisioner";
+pub const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
+
+/// Environment variables every Job's container gets (DESIGN §5). A parameter or a
+/// `pod-template` env entry may not reuse these names.
+pub const BUILTIN_ENV: &[&str] = &[
+    "ACTION",
+    "PROVISIONER_NAME",
+    "PV_NAME",
+    "PVC_NAME",
+    "PVC_NAMESPACE",
+    "PVC_UID",
+    "STORAGE_CLASS",
+    "RECLAIM_POLICY",
+    "MOUNT_OPTIONS",
+    "VOLUME_MODE",
+    "ACCESS_MODES",
+    "REQUESTED_BYTES",
+    "REQUESTED_SIZE",
+    "SELECTED_NODE",
+    "PV_TEMPLATE",
+    "PARAMETERS",
+    "PV_JSON",
+    "TERMINATION_LOG",
+    "KUBECONFIG",
+];
+
+const MAX_DNS_LABEL: usize = 63;
+const MAX_DNS_SUBDOMAIN: usize = 253;
+
+/// Which step a Job performs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    Provision,
+    Deprovision,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Provision => "provision",
+            Action::Deprovision => "deprovision",
+        }
+    }
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The PV name for a claim: `pvc-<uid>`, the convention of the sig-storage library.
+pub fn pv_name(claim_uid: &str) -> String {
+    format!("pvc-{claim_uid}")
+}
+
+/// `provision-<claim uid>` / `deprovision-<pv name>`, with `-<attempt>` from the second
+/// attempt on. Always a valid DNS label of at most 63 characters: an over-long subject is
+/// shortened and made unique again with a hash of the full name.
+pub fn job_name(action: Action, subject: &str, attempt: u32) -> String {
+    let suffix = if attempt > 1 {
+        format!("-{attempt}")
+    } else {
+        String::new()
+    };
+    let full = format!("{}-{}{}", action.as_str(), subject, suffix);
+    let sanitized = sanitize_dns_label(&full, usize::MAX);
+    if sanitized.len() <= MAX_DNS_LABEL && sanitized == full {
+        return full;
+    }
+    let hash = format!("{:08x}", fnv1a32(full.as_bytes()));
+    let keep = MAX_DNS_LABEL - hash.len() - 1 - suffix.len();
+    let head = sanitize_dns_label(&format!("{}-{}", action.as_str(), subject), keep);
+    format!("{head}-{hash}{suffix}")
+}
+
+/// Lower-case, replace every character a DNS label cannot hold with `-`, collapse runs of
+/// `-`, trim them from both ends and cut to `max` characters. Empty input gives `x` so the
+/// result is always a usable label.
+pub fn sanitize_dns_label(input: &str, max: usize) -> String {
+    let mut out = String::with_capacity(input.len().min(max));
+    for c in input.chars().flat_map(char::to_lowercase) {
+        let c = if c.is_ascii_lowercase() || c.is_ascii_digit() {
+            c
+        } else {
+            '-'
+        };
+        if c == '-' && (out.is_empty() || out.ends_with('-')) {
+            continue;
+        }
+        out.push(c);
+    }
+    out.truncate(max.min(MAX_DNS_LABEL));
+    while out.ends_with('-') {
+        out.pop();
+    }
+    if out.is_empty() {
+        out.push('x');
+    }
+    out
+}
+
+/// FNV-1a: a tiny stable hash, enough to keep shortened names distinct.
+pub fn fnv1a32(bytes: &[u8]) -> u32 {
+    bytes.iter().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(*b)).wrapping_mul(0x0100_0193)
+    })
+}
+
+/// RFC 1123 label: what the API server demands of namespace, Job and container names.
+pub fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= MAX_DNS_LABEL
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// RFC 1123 subdomain: what the API server demands of most object names (PVs, service accounts).
+pub fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= MAX_DNS_SUBDOMAIN && s.split('.').all(is_dns_label)
+}
+
+/// A label value: at most 63 characters of `[A-Za-z0-9_.-]`, starting and ending alphanumeric.
+pub fn is_label_value(s: &str) -> bool {
+    if s.is_empty() {
+        return true;
+    }
+    s.len() <= MAX_DNS_LABEL
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && s.as_bytes()[0].is_ascii_alphanumeric()
+        && s.as_bytes()[s.len() - 1].is_ascii_alphanumeric()
+}
+
+/// A qualified label key: `[prefix/]name`, prefix a DNS subdomain, name like a non-empty label value.
+pub fn is_label_key(s: &str) -> bool {
+    let (prefix, name) = match s.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, s),
+    };
+    prefix.is_none_or(is_dns_subdomain) && !name.is_empty() && is_label_value(name)
+}
+
+/// An environment variable name as the API server accepts it (`[-._a-zA-Z][-._a-zA-Z0-9]*`).
+pub fn is_env_name(s: &str) -> bool {
+    let mut bytes = s.bytes();
+    match bytes.next() {
+        Some(b) if b.is_ascii_alphabetic() || matches!(b, b'-' | b'.' | b'_') => {}
+        _ => return false,
+    }
+    bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
+}
+
+/// The env name of a parameter key: upper-cased, every character other than A-Z and 0-9
+/// turned into `_` (`use-nfs-server` becomes `USE_NFS_SERVER`).
+pub fn parameter_env_name(key: &str) -> String {
+    key.chars()
+        .map(|c| {
+            let c = c.to_ascii_uppercase();
+            if c.is_ascii_uppercase() || c.is_ascii_digit() {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_names_for_uuids_are_kept_verbatim() {
+        let uid = "0f8c1f2e-8d0c-4a5e-9c3b-2f7a6e1d4b9a";
+        assert_eq!(
+            job_name(Action::Provision, uid, 1),
+            format!("provision-{uid}")
+        );
+        assert_eq!(
+            job_name(Action::Provision, uid, 12),
+            format!("provision-{uid}-12")
+        );
+        let pv = pv_name(uid);
+        let d = job_name(Action::Deprovision, &pv, 3);
+        assert_eq!(d, format!("deprovision-pvc-{uid}-3"));
+        assert!(is_dns_label(&d));
+    }
+
+    #[test]
+    fn job_names_never_exceed_63_and_stay_distinct() {
+        let long_a = format!("{}-a", "v".repeat(240));
+        let long_b = format!("{}-b", "v".repeat(240));
+        for attempt in [1, 2, 99, 12345, u32::MAX] {
+            let a = job_name(Action::Deprovision, &long_a, attempt);
+            let b = job_name(Action::Deprovision, &long_b, attempt);
+            assert!(a.len() <= 63, "{a}");
+            assert!(is_dns_label(&a), "{a}");
+            assert_ne!(a, b);
+            if attempt > 1 {
+                assert!(a.ends_with(&format!("-{attempt}")));
+            }
+        }
+        let odd = job_name(Action::Deprovision, "My_PV.Name", 1);
+        assert!(is_dns_label(&odd), "{odd}");
+        assert_ne!(odd, job_name(Action::Deprovision, "my-pv-name", 1));
+    }
+
+    #[test]
+    fn sanitizing_gives_valid_labels() {
+        assert_eq!(sanitize_dns_label("Team A/../etc", 63), "team-a-etc");
+        assert_eq!(sanitize_dns_label("---", 63), "x");
+        assert_eq!(sanitize_dns_label("", 63), "x");
+        assert_eq!(sanitize_dns_label("abcdef", 3), "abc");
+        assert_eq!(sanitize_dns_label("ab-cdef", 3), "ab");
+        assert_eq!(sanitize_dns_label("Ünïcode", 63), "n-code");
+        assert!(sanitize_dns_label(&"a".repeat(300), 1000).len() == 63);
+    }
+
+    #[test]
+    fn validators_follow_the_api_server() {
+        assert!(is_dns_label("a-1"));
+        assert!(!is_dns_label("A"));
+        assert!(!is_dns_label("-a"));
+        assert!(!is_dns_label(&"a".repeat(64)));
+        assert!(is_dns_subdomain("iscsi.provisioner"));
+        assert!(!is_dns_subdomain("a..b"));
+        assert!(is_label_key("topology.kubernetes.io/zone"));
+        assert!(is_label_key("storage-net"));
+        assert!(!is_label_key("bad key"));
+        assert!(!is_label_key("/x"));
+        assert!(!is_label_key("Example.com/x"));
+        assert!(is_label_value(""));
+        assert!(is_label_value("true"));
+        assert!(!is_label_value("-x"));
+        assert!(!is_label_value("a b"));
+        assert!(is_env_name("USE_NFS_SERVER"));
+        assert!(!is_env_name("1ABC"));
+        assert!(!is_env_name(""));
+    }
+
+    #[test]
+    fn parameter_env_names() {
+        assert_eq!(parameter_env_name("use-nfs-server"), "USE_NFS_SERVER");
+        assert_eq!(parameter_env_name("zone"), "ZONE");
+        assert_eq!(parameter_env_name("a.b/c"), "A_B_C");
+        assert_eq!(parameter_env_name("päth"), "P_TH");
+    }
+}

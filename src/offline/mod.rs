@@ -1,0 +1,10 @@
+//! The offline commands a kube admin runs before anything reaches a cluster: `render` shows
+//! the Job and PV a claim would produce, `check` validates ConfigMaps.
+
+mod check;
+mod files;
+mod render;
+
+pub use check::{CheckReport, check_files};
+pub use files::{Document, read_documents};
+pub use render::{RenderInput, render_files, render_objects};

@@ -1,0 +1,161 @@
+//! `render`: the Job (and PV template) a claim would produce, without a cluster.
+
+use std::path::PathBuf;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+
+use super::files::read_one;
+use crate::Error;
+use crate::claim::{ClaimRequest, NodeInfo};
+use crate::config::{ClassConfig, ConfigErrors, StorageClassInfo, Verdict, parse_config_map};
+use crate::job::{ProvisionContext, provision_job};
+use crate::names::{ANN_SELECTED_NODE, fnv1a32};
+use crate::rendered::render_for_claim;
+use crate::volume::pv_template;
+
+pub struct RenderInput {
+    pub config: PathBuf,
+    pub class: PathBuf,
+    pub claim: PathBuf,
+    pub node: Option<PathBuf>,
+    pub provisioner_name: String,
+    pub attempt: u32,
+    pub ttl_seconds: i32,
+}
+
+/// Reads the files and returns the YAML of the Job followed by the PV template.
+pub fn render_files(input: &RenderInput) -> Result<String, Error> {
+    let cm: ConfigMap = read_one(&input.config, "ConfigMap")?;
+    let sc: StorageClass = read_one(&input.class, "StorageClass")?;
+    let pvc: PersistentVolumeClaim = read_one(&input.claim, "PersistentVolumeClaim")?;
+    let node: Option<Node> = input
+        .node
+        .as_ref()
+        .map(|p| read_one(p, "Node"))
+        .transpose()?;
+    let (job, pv) = render_objects(
+        &cm,
+        &sc,
+        pvc,
+        node.as_ref(),
+        &input.provisioner_name,
+        input.attempt,
+        input.ttl_seconds,
+    )?;
+    let mut out = String::from("# The Job flex-provisioner would create\n---\n");
+    out.push_str(&to_yaml(&job)?);
+    out.push_str("# The PV template its pod receives in PV_TEMPLATE (the image adds the volume source)\n---\n");
+    out.push_str(&to_yaml(&pv)?);
+    Ok(out)
+}
+
+fn to_yaml<T: serde::Serialize>(value: &T) -> Result<String, Error> {
+    serde_yaml_ng::to_string(value).map_err(|e| Error::Input {
+        path: "<output>".into(),
+        message: e.to_string(),
+    })
+}
+
+/// The pure part of `render`: objects in, the Job and PV template out. A claim written by
+/// hand has no uid; a stable one is derived from its namespace and name so output is
+/// reproducible.
+pub fn render_objects(
+    cm: &ConfigMap,
+    sc: &StorageClass,
+    mut pvc: PersistentVolumeClaim,
+    node: Option<&Node>,
+    provisioner_name: &str,
+    attempt: u32,
+    ttl_seconds: i32,
+) -> Result<(Job, PersistentVolume), Error> {
+    let provisioner = match parse_config_map(cm, provisioner_name) {
+        Verdict::Ignored { reason } => return Err(Error::ConfigIgnored(reason)),
+        Verdict::Checked {
+            config: Some(c), ..
+        } => c,
+        Verdict::Checked { problems, .. } => {
+            return Err(ConfigErrors {
+                origin: object_ref(
+                    cm.metadata.namespace.as_deref(),
+                    cm.metadata.name.as_deref(),
+                ),
+                problems,
+            }
+            .into());
+        }
+    };
+    let class = StorageClassInfo::from_class(sc);
+    let config = ClassConfig::new(provisioner, class, provisioner_name).map_err(|problems| {
+        Error::Config(ConfigErrors {
+            origin: object_ref(
+                cm.metadata.namespace.as_deref(),
+                cm.metadata.name.as_deref(),
+            ),
+            problems,
+        })
+    })?;
+    let meta = &mut pvc.metadata;
+    let namespace = meta
+        .namespace
+        .get_or_insert_with(|| "default".into())
+        .clone();
+    let name = meta.name.clone().unwrap_or_default();
+    meta.uid.get_or_insert_with(|| {
+        let h = fnv1a32(format!("{namespace}/{name}").as_bytes());
+        format!("00000000-0000-4000-8000-0000{h:08x}")
+    });
+    let node_info = node.map(NodeInfo::from_node);
+    if let Some(n) = &node_info {
+        meta.annotations
+            .get_or_insert_with(Default::default)
+            .entry(ANN_SELECTED_NODE.into())
+            .or_insert_with(|| n.name.clone());
+    }
+    if config.class.waits_for_consumer()
+        && node_info.is_none()
+        && (config.provisioner.node_local || !config.provisioner.node_users.is_empty())
+    {
+        return Err(Error::ConfigMismatch(format!(
+            "class `{}` waits for the first consumer and this configuration uses the selected node; pass --node NODE.yaml",
+            config.class.name
+        )));
+    }
+    let claim = ClaimRequest::from_claim(&pvc)?;
+    if claim.storage_class != config.class.name {
+        return Err(Error::ConfigMismatch(format!(
+            "the claim asks for class `{}`, but the StorageClass given is `{}`",
+            claim.storage_class, config.class.name
+        )));
+    }
+    let rendered = render_for_claim(&config, &claim, node_info.as_ref(), provisioner_name)?;
+    let pv = pv_template(
+        &config,
+        &claim,
+        node_info.as_ref(),
+        &rendered,
+        provisioner_name,
+    );
+    let job = provision_job(
+        ProvisionContext {
+            config: &config,
+            claim: &claim,
+            node: node_info.as_ref(),
+            rendered: &rendered,
+            pv_template: &pv,
+            provisioner_name,
+        },
+        attempt,
+        ttl_seconds,
+    );
+    Ok((job, pv))
+}
+
+fn object_ref(namespace: Option<&str>, name: Option<&str>) -> String {
+    format!(
+        "{}/{}",
+        namespace.unwrap_or("default"),
+        name.unwrap_or_default()
+    )
+}

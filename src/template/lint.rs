@@ -1,0 +1,326 @@
+//! Static checks of a template before any claim exists: every variable must exist in the
+//! context schema, every helper must exist, and user-controlled text in a path-like
+//! parameter must be sanitised.
+
+use handlebars::template::{HelperTemplate, Parameter, Template, TemplateElement};
+use handlebars::{Path, PathSeg};
+
+use super::helpers::{BUILTIN_HELPERS, HELPERS};
+
+/// The shape of the template context (DESIGN §4).
+#[derive(Debug, Clone, Copy)]
+pub enum Field {
+    Value,
+    /// A list of strings (`claim.accessModes`).
+    List,
+    /// Free keys chosen by someone else (labels, annotations, class parameters).
+    Map {
+        user_controlled: bool,
+    },
+    Object(&'static [(&'static str, Field)]),
+}
+
+use Field::{List, Map, Object, Value};
+
+pub const SCHEMA: &[(&str, Field)] = &[
+    (
+        "claim",
+        Object(&[
+            ("name", Value),
+            ("namespace", Value),
+            ("uid", Value),
+            (
+                "labels",
+                Map {
+                    user_controlled: true,
+                },
+            ),
+            (
+                "annotations",
+                Map {
+                    user_controlled: true,
+                },
+            ),
+            (
+                "size",
+                Object(&[("bytes", Value), ("mib", Value), ("gib", Value)]),
+            ),
+            ("accessModes", List),
+            ("volumeMode", Value),
+        ]),
+    ),
+    ("volume", Object(&[("name", Value)])),
+    (
+        "class",
+        Object(&[
+            ("name", Value),
+            (
+                "parameters",
+                Map {
+                    user_controlled: false,
+                },
+            ),
+            ("reclaimPolicy", Value),
+            ("mountOptions", List),
+            ("volumeBindingMode", Value),
+        ]),
+    ),
+    (
+        "node",
+        Object(&[
+            ("name", Value),
+            (
+                "labels",
+                Map {
+                    user_controlled: false,
+                },
+            ),
+        ]),
+    ),
+    ("provisioner", Object(&[("name", Value)])),
+];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finding {
+    UnknownVariable {
+        path: String,
+        known: Vec<String>,
+    },
+    UnknownHelper {
+        name: String,
+    },
+    /// A claim label/annotation used as-is; these are free text chosen by the user.
+    UnsanitisedUserText {
+        path: String,
+    },
+    /// `node.*` is only filled for WaitForFirstConsumer classes.
+    UsesNode {
+        path: String,
+    },
+}
+
+/// Walks a compiled template and reports every finding.
+pub fn lint(template: &Template) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    walk(&template.elements, &mut findings, Scope::Root, false);
+    findings.dedup();
+    findings
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Scope {
+    /// Paths resolve against the root context.
+    Root,
+    /// Inside `each`/`with`: relative paths are relative to an item we cannot type.
+    Nested,
+}
+
+fn walk(elements: &[TemplateElement], out: &mut Vec<Finding>, scope: Scope, sanitised: bool) {
+    for element in elements {
+        match element {
+            TemplateElement::Expression(ht) | TemplateElement::HtmlExpression(ht) => {
+                helper(ht, out, scope, sanitised);
+            }
+            TemplateElement::HelperBlock(ht) => {
+                helper(ht, out, scope, sanitised);
+                let name = name_of(&ht.name);
+                let inner = if matches!(name.as_deref(), Some("each" | "with")) {
+                    Scope::Nested
+                } else {
+                    scope
+                };
+                if let Some(t) = &ht.template {
+                    walk(&t.elements, out, inner, sanitised);
+                }
+                if let Some(t) = &ht.inverse {
+                    walk(&t.elements, out, scope, sanitised);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn name_of(p: &Parameter) -> Option<String> {
+    match p {
+        Parameter::Name(n) => Some(n.clone()),
+        Parameter::Path(Path::Relative((_, raw))) => Some(raw.clone()),
+        _ => None,
+    }
+}
+
+fn is_known_helper(name: &str) -> bool {
+    HELPERS.iter().any(|(h, _)| *h == name) || BUILTIN_HELPERS.contains(&name)
+}
+
+fn helper(ht: &HelperTemplate, out: &mut Vec<Finding>, scope: Scope, sanitised: bool) {
+    let is_call = !ht.params.is_empty() || !ht.hash.is_empty() || ht.block;
+    if is_call {
+        let name = name_of(&ht.name).unwrap_or_default();
+        if !is_known_helper(&name) {
+            out.push(Finding::UnknownHelper { name: name.clone() });
+        }
+        let sanitises = sanitised || matches!(name.as_str(), "dnslabel" | "json");
+        for p in ht.params.iter().chain(ht.hash.values()) {
+            parameter(p, out, scope, sanitises);
+        }
+    } else {
+        parameter(&ht.name, out, scope, sanitised);
+    }
+}
+
+fn parameter(p: &Parameter, out: &mut Vec<Finding>, scope: Scope, sanitised: bool) {
+    match p {
+        Parameter::Path(Path::Relative((segs, raw))) => {
+            // `@root` comes as a grammar-rule segment whose type is private; the raw text says it.
+            let rooted = raw.starts_with("@root");
+            let named = if rooted { &segs[1..] } else { &segs[..] };
+            let names: Option<Vec<&str>> = named
+                .iter()
+                .map(|s| match s {
+                    PathSeg::Named(n) => Some(n.as_str()),
+                    _ => None,
+                })
+                .collect();
+            // `this`, `..`: relative to a block item; nothing to check against.
+            let Some(names) = names else { return };
+            if scope == Scope::Nested && !rooted {
+                return;
+            }
+            check_path(raw, &names, out, sanitised);
+        }
+        Parameter::Name(n) if scope == Scope::Root => {
+            check_path(n, &[n.as_str()], out, sanitised);
+        }
+        Parameter::Subexpression(sub) => {
+            if let TemplateElement::Expression(ht) = sub.element.as_ref() {
+                helper(ht, out, scope, sanitised);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn check_path(raw: &str, names: &[&str], out: &mut Vec<Finding>, sanitised: bool) {
+    let mut fields: &[(&str, Field)] = SCHEMA;
+    let mut prefix = String::new();
+    for (i, name) in names.iter().enumerate() {
+        let Some((_, field)) = fields.iter().find(|(k, _)| k == name) else {
+            out.push(Finding::UnknownVariable {
+                path: raw.to_owned(),
+                known: fields.iter().map(|(k, _)| format!("{prefix}{k}")).collect(),
+            });
+            return;
+        };
+        if i == 0 && *name == "node" {
+            out.push(Finding::UsesNode {
+                path: raw.to_owned(),
+            });
+        }
+        prefix.push_str(name);
+        prefix.push('.');
+        match field {
+            Object(children) => fields = children,
+            Map { user_controlled } => {
+                if *user_controlled && !sanitised && names.len() > i + 1 {
+                    out.push(Finding::UnsanitisedUserText {
+                        path: raw.to_owned(),
+                    });
+                }
+                return;
+            }
+            Value | List => {
+                if names.len() > i + 1 {
+                    out.push(Finding::UnknownVariable {
+                        path: raw.to_owned(),
+                        known: vec![prefix.trim_end_matches('.').to_owned()],
+                    });
+                }
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn findings(src: &str) -> Vec<Finding> {
+        lint(&Template::compile(src).unwrap())
+    }
+
+    #[test]
+    fn known_variables_pass() {
+        for src in [
+            "plain text",
+            "{{claim.name}}-{{claim.namespace}}-{{claim.uid}}-{{volume.name}}",
+            "{{claim.size.gib}} {{claim.size.mib}} {{claim.size.bytes}} {{claim.volumeMode}}",
+            "{{class.name}} {{class.parameters.tier}} {{class.reclaimPolicy}}",
+            "{{join claim.accessModes \",\"}} {{join class.mountOptions \" \"}}",
+            "{{provisioner.name}} {{class.volumeBindingMode}}",
+            "{{#if claim.labels.fast}}ssd{{else}}hdd{{/if}}",
+            "{{#each claim.accessModes}}{{this}}{{@index}}{{/each}}",
+            "{{#each class.parameters}}{{@key}}={{this}} {{@root.claim.name}}{{/each}}",
+            "{{dnslabel (default claim.labels.team \"shared\") 20}}",
+            "{{lookup claim.annotations \"x\"}}",
+        ] {
+            let f: Vec<_> = findings(src)
+                .into_iter()
+                .filter(|f| !matches!(f, Finding::UnsanitisedUserText { .. }))
+                .collect();
+            assert!(f.is_empty(), "{src}: {f:?}");
+        }
+    }
+
+    #[test]
+    fn unknown_variables_and_helpers_are_found() {
+        assert!(matches!(
+            &findings("{{claim.nmae}}")[..],
+            [Finding::UnknownVariable { path, known }] if path == "claim.nmae" && known.contains(&"claim.name".to_string())
+        ));
+        assert!(matches!(
+            &findings("{{pvc.name}}")[..],
+            [Finding::UnknownVariable { path, .. }] if path == "pvc.name"
+        ));
+        assert!(matches!(
+            &findings("{{claim.size.gib.x}}")[..],
+            [Finding::UnknownVariable { .. }]
+        ));
+        assert!(matches!(
+            &findings("{{#each claim.labels}}{{@root.claim.nope}}{{/each}}")[..],
+            [Finding::UnknownVariable { path, .. }] if path == "@root.claim.nope"
+        ));
+        assert!(matches!(
+            &findings("{{shout claim.name}}")[..],
+            [Finding::UnknownHelper { name }] if name == "shout"
+        ));
+        assert!(matches!(
+            &findings("{{upper (nope claim.name)}}")[..],
+            [Finding::UnknownHelper { name }] if name == "nope"
+        ));
+        assert!(matches!(
+            &findings("{{zone}}")[..],
+            [Finding::UnknownVariable { path, .. }] if path == "zone"
+        ));
+    }
+
+    #[test]
+    fn user_text_must_be_sanitised() {
+        assert!(matches!(
+            &findings("/exports/{{claim.annotations.dir}}")[..],
+            [Finding::UnsanitisedUserText { path }] if path == "claim.annotations.dir"
+        ));
+        assert!(findings("/exports/{{dnslabel claim.labels.team}}").is_empty());
+        assert!(findings("/exports/{{dnslabel (default claim.labels.team \"x\")}}").is_empty());
+        assert!(findings("{{class.parameters.base}}/{{claim.name}}").is_empty());
+    }
+
+    #[test]
+    fn node_use_is_reported() {
+        assert!(matches!(
+            &findings("{{node.labels.[topology.kubernetes.io/zone]}}")[..],
+            [Finding::UsesNode { path }] if path == "node.labels.[topology.kubernetes.io/zone]"
+        ));
+    }
+}
