@@ -20,7 +20,8 @@ pub enum Command {
     ///
     /// Reads a provisioner ConfigMap, its StorageClass and a PersistentVolumeClaim from YAML
     /// files. A claim without metadata.uid gets a stable made-up one, so the output can be
-    /// compared between runs.
+    /// compared between runs; a claim without storageClassName gets the class given, as
+    /// the cluster's default class would apply. Exits 2 when the claim cannot be rendered.
     Render(RenderArgs),
     /// Validate provisioner ConfigMaps offline; exits 1 when any has an error.
     ///

@@ -23,7 +23,7 @@ pub enum Error {
     #[error("{0}")]
     ConfigMismatch(String),
     #[error("the claim cannot be provisioned: {0}")]
-    Claim(#[from] claim::ClaimError),
+    Claim(claim::ClaimError),
     #[error(transparent)]
     Render(#[from] rendered::RenderFailure),
     #[error("{path}: {message}")]
@@ -42,6 +42,14 @@ impl Error {
             Error::Input { .. } => "input",
             Error::Kube(_) => "api",
         }
+    }
+}
+
+// Written out rather than `#[from]`, which would also make the claim error the `source`
+// and print its message twice in an error chain.
+impl From<claim::ClaimError> for Error {
+    fn from(e: claim::ClaimError) -> Self {
+        Error::Claim(e)
     }
 }
 

@@ -7,7 +7,7 @@ use clap::Parser;
 use flex_provisioner::cli::{Cli, Command};
 use flex_provisioner::offline::{RenderInput, check_files, render_files};
 
-fn main() -> anyhow::Result<ExitCode> {
+fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -15,6 +15,17 @@ fn main() -> anyhow::Result<ExitCode> {
         )
         .with_writer(std::io::stderr)
         .init();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            // One line with the whole cause chain; these are user errors, not crashes.
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Render(args) => {
             let out = render_files(&RenderInput {

@@ -23,7 +23,7 @@ pub enum Verdict {
     Ignored { reason: String },
     /// Ours. `config` is present exactly when no problem is an error.
     Checked {
-        config: Option<ProvisionerConfig>,
+        config: Option<Box<ProvisionerConfig>>,
         problems: Vec<Problem>,
     },
 }
@@ -67,7 +67,11 @@ pub fn parse_config_map(cm: &ConfigMap, provisioner_name: &str) -> Verdict {
     let config = p.build(cm, &data, storage_class);
     let has_errors = p.problems.iter().any(Problem::is_error);
     Verdict::Checked {
-        config: if has_errors { None } else { config },
+        config: if has_errors {
+            None
+        } else {
+            config.map(Box::new)
+        },
         problems: p.problems,
     }
 }

@@ -89,8 +89,11 @@ pub fn check_files(files: &[PathBuf], classes: &[PathBuf], provisioner_name: &st
                     .or_default()
                     .push(config.source());
                 if let Some(sc) = storage_classes.get(&config.storage_class)
-                    && let Err(problems) =
-                        ClassConfig::new(config, StorageClassInfo::from_class(sc), provisioner_name)
+                    && let Err(problems) = ClassConfig::new(
+                        *config,
+                        StorageClassInfo::from_class(sc),
+                        provisioner_name,
+                    )
                 {
                     for p in &problems {
                         report.add(&origin, p);

@@ -74,7 +74,7 @@ pub fn render_objects(
         Verdict::Ignored { reason } => return Err(Error::ConfigIgnored(reason)),
         Verdict::Checked {
             config: Some(c), ..
-        } => c,
+        } => *c,
         Verdict::Checked { problems, .. } => {
             return Err(ConfigErrors {
                 origin: object_ref(
@@ -96,6 +96,11 @@ pub fn render_objects(
             problems,
         })
     })?;
+    // A claim without a class gets the cluster's default class; here that is the one given.
+    let spec = pvc.spec.get_or_insert_with(Default::default);
+    if spec.storage_class_name.is_none() {
+        spec.storage_class_name = sc.metadata.name.clone();
+    }
     let meta = &mut pvc.metadata;
     let namespace = meta
         .namespace
