@@ -29,6 +29,38 @@ pub enum Command {
     /// StorageClasses in the same files (or given with --class) enable the checks that need
     /// both, such as `node-local` on a class that binds Immediately.
     Check(CheckArgs),
+    /// Run a local Kubernetes API server with simulated control-plane loops and a pod runner.
+    ///
+    /// Prints the kubeconfig path and how to use kubectl with it, then runs until
+    /// interrupted. Pods run as local processes: an image maps to
+    /// `<images>/<image name>/entrypoint` (image name without registry and tag), or to what
+    /// `--image-map` says.
+    Sandbox(SandboxArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SandboxArgs {
+    /// Create the objects in these YAML files once the sandbox is up.
+    #[arg(long, value_name = "FILE")]
+    pub apply: Vec<PathBuf>,
+    /// Where to write the kubeconfig (default: a file in the sandbox's work directory).
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig_out: Option<PathBuf>,
+    /// Directory of provisioner images: `<dir>/<image name>/entrypoint`.
+    #[arg(long, value_name = "DIR", default_value = "provisioner-images")]
+    pub images: PathBuf,
+    /// Map an image (full reference or bare name) to a local executable.
+    #[arg(long = "image-map", value_name = "IMAGE=PATH")]
+    pub image_map: Vec<String>,
+    /// Names of the nodes to simulate.
+    #[arg(long = "node", value_name = "NAME", default_values_t = vec!["sandbox-node-1".to_string()])]
+    pub nodes: Vec<String>,
+    /// Port to listen on, on 127.0.0.1 (0 picks a free one).
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
+    /// Delay before the Job controller replaces a failed pod (doubles each time), in seconds.
+    #[arg(long, default_value_t = 10)]
+    pub pod_backoff_seconds: u64,
 }
 
 #[derive(Debug, Args)]

@@ -10,6 +10,7 @@ pub mod names;
 pub mod offline;
 pub mod quantity;
 pub mod rendered;
+pub mod sandbox;
 pub mod template;
 pub mod volume;
 

@@ -41,6 +41,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             print!("{out}");
             Ok(ExitCode::SUCCESS)
         }
+        Command::Sandbox(args) => {
+            let runtime =
+                tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+            runtime
+                .block_on(flex_provisioner::sandbox::cli::run(&args))
+                .context("sandbox failed")?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Check(args) => {
             let report = check_files(&args.files, &args.classes, &args.common.provisioner_name);
             for line in &report.lines {

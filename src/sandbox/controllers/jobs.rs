@@ -1,0 +1,471 @@
+//! The Job controller, as provisioners see it: pods from the template (standard labels,
+//! controller ownerReference, tracking finalizer), retries up to backoffLimit with a
+//! growing delay, activeDeadlineSeconds, podFailurePolicy, the two-step conditions of the
+//! real controller (FailureTarget then Failed, SuccessCriteriaMet then Complete), events,
+//! and deletion after ttlSecondsAfterFinished.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::{is_deleting, name_of, ns_of, record_event, rid, uid_of};
+use crate::sandbox::api::{Api, DeleteOpts, WriteCtx, set_condition};
+use crate::sandbox::ids;
+use crate::sandbox::store::Write;
+
+const COMPONENT: &str = "job-controller";
+const TRACKING: &str = "batch.kubernetes.io/job-tracking";
+const MAX_BACKOFF: Duration = Duration::from_secs(360);
+
+struct Jobs {
+    jobs: usize,
+    pods: usize,
+    base_backoff: Duration,
+    /// When each job last saw a pod fail, to delay the replacement.
+    last_failure: HashMap<String, (usize, Instant)>,
+}
+
+fn condition_true(job: &Value, type_: &str) -> bool {
+    job["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == type_ && c["status"] == "True")
+}
+
+fn phase(p: &Value) -> &str {
+    p["status"]["phase"].as_str().unwrap_or_default()
+}
+
+fn exit_code(pod: &Value, container: Option<&str>) -> Option<(String, i64)> {
+    pod["status"]["containerStatuses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find_map(|cs| {
+            let name = cs["name"].as_str().unwrap_or_default();
+            if container.is_some_and(|c| c != name) {
+                return None;
+            }
+            cs["state"]["terminated"]["exitCode"]
+                .as_i64()
+                .map(|c| (name.to_owned(), c))
+        })
+}
+
+fn has_condition(pod: &Value, type_: &str) -> bool {
+    pod["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == type_ && c["status"] == "True")
+}
+
+/// What the pod failure policy says of one failed pod.
+enum Verdict {
+    FailJob(String),
+    Ignore,
+    Count,
+}
+
+fn judge(job: &Value, pod: &Value) -> Verdict {
+    let rules = job["spec"]["podFailurePolicy"]["rules"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for (i, rule) in rules.iter().enumerate() {
+        let matched = if let Some(on) = rule.get("onExitCodes").filter(|v| !v.is_null()) {
+            let values: Vec<i64> = on["values"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_i64)
+                .collect();
+            exit_code(pod, on["containerName"].as_str()).and_then(|(c, code)| {
+                let hit = match on["operator"].as_str() {
+                    Some("In") => values.contains(&code),
+                    Some("NotIn") => code != 0 && !values.contains(&code),
+                    _ => false,
+                };
+                hit.then_some((c, code))
+            })
+        } else {
+            let hit = rule["onPodConditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|p| has_condition(pod, p["type"].as_str().unwrap_or_default()));
+            hit.then(|| (String::new(), 0))
+        };
+        let Some((container, code)) = matched else {
+            continue;
+        };
+        return match rule["action"].as_str() {
+            Some("FailJob") => Verdict::FailJob(format!(
+                "Container {container} for pod {}/{} failed with exit code {code} matching FailJob rule at index {i}",
+                ns_of(pod),
+                name_of(pod)
+            )),
+            Some("Ignore") => Verdict::Ignore,
+            _ => Verdict::Count,
+        };
+    }
+    Verdict::Count
+}
+
+impl Jobs {
+    fn write_status(&self, api: &Api, job: &Value, f: impl FnOnce(&mut Value)) {
+        let _ = api
+            .store
+            .write(self.jobs, ns_of(job), name_of(job), |cur, _| {
+                let Some(cur) = cur else {
+                    return Ok(Write::Unchanged(Value::Null));
+                };
+                let mut next = cur.clone();
+                f(&mut next);
+                Ok(if next == *cur {
+                    Write::Unchanged(next)
+                } else {
+                    Write::Put(next)
+                })
+            });
+    }
+
+    fn owned_pods(&self, api: &Api, job: &Value) -> Vec<Value> {
+        let uid = uid_of(job).to_owned();
+        api.store
+            .list(self.pods, Some(ns_of(job)), |p| {
+                p["metadata"]["ownerReferences"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|r| r["uid"] == uid.as_str() && r["controller"] == true)
+            })
+            .0
+    }
+
+    fn release_pod(&self, api: &Api, pod: &Value) {
+        let _ = api
+            .store
+            .write(self.pods, ns_of(pod), name_of(pod), |cur, _| {
+                let Some(cur) = cur else {
+                    return Ok(Write::Unchanged(Value::Null));
+                };
+                let mut next = cur.clone();
+                if let Some(list) = next["metadata"]["finalizers"].as_array_mut() {
+                    list.retain(|f| f != TRACKING);
+                }
+                if next == *cur {
+                    return Ok(Write::Unchanged(next));
+                }
+                if is_deleting(&next)
+                    && next["metadata"]["finalizers"]
+                        .as_array()
+                        .is_none_or(|a| a.is_empty())
+                {
+                    return Ok(Write::Delete(cur.clone()));
+                }
+                Ok(Write::Put(next))
+            });
+    }
+
+    fn delete_pod(&self, api: &Api, job: &Value, pod: &Value) {
+        let opts = DeleteOpts {
+            propagation: Some("Background".into()),
+            ..Default::default()
+        };
+        if api
+            .delete(self.pods, ns_of(pod), name_of(pod), &opts)
+            .is_ok()
+        {
+            record_event(
+                api,
+                job,
+                "Normal",
+                "SuccessfulDelete",
+                &format!("Deleted pod: {}", name_of(pod)),
+                COMPONENT,
+            );
+        }
+    }
+
+    /// Adds `first` then `last` as True conditions, in two writes as the real controller does.
+    fn conclude(
+        &self,
+        api: &Api,
+        job: &Value,
+        first: &str,
+        last: &str,
+        reason: &str,
+        message: &str,
+    ) {
+        self.write_status(api, job, |j| {
+            set_condition(j, first, "True", Some(reason), Some(message))
+        });
+        self.write_status(api, job, |j| {
+            set_condition(j, last, "True", Some(reason), Some(message))
+        });
+    }
+
+    fn fail_job(&self, api: &Api, job: &Value, reason: &str, message: &str) {
+        self.conclude(api, job, "FailureTarget", "Failed", reason, message);
+        record_event(api, job, "Warning", reason, message, COMPONENT);
+    }
+
+    fn complete_job(&self, api: &Api, job: &Value) {
+        let message = "Reached expected number of succeeded pods";
+        self.write_status(api, job, |j| {
+            set_condition(
+                j,
+                "SuccessCriteriaMet",
+                "True",
+                Some("CompletionsReached"),
+                Some(message),
+            )
+        });
+        self.write_status(api, job, |j| {
+            set_condition(
+                j,
+                "Complete",
+                "True",
+                Some("CompletionsReached"),
+                Some(message),
+            );
+            j["status"]["completionTime"] = json!(ids::now());
+        });
+        record_event(api, job, "Normal", "Completed", "Job completed", COMPONENT);
+    }
+
+    fn create_pod(&self, api: &Api, job: &Value) {
+        let template = &job["spec"]["template"];
+        let pod = json!({
+            "metadata": {
+                "generateName": format!("{}-", name_of(job)),
+                "labels": template["metadata"]["labels"],
+                "annotations": template["metadata"].get("annotations").cloned().unwrap_or(json!({})),
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name_of(job),
+                                     "uid": uid_of(job), "controller": true, "blockOwnerDeletion": true}],
+                "finalizers": [TRACKING],
+            },
+            "spec": template["spec"],
+        });
+        match api.create(
+            self.pods,
+            ns_of(job),
+            pod,
+            &WriteCtx::manager("kube-controller-manager"),
+        ) {
+            Ok(p) => record_event(
+                api,
+                job,
+                "Normal",
+                "SuccessfulCreate",
+                &format!("Created pod: {}", name_of(&p)),
+                COMPONENT,
+            ),
+            Err(e) => record_event(
+                api,
+                job,
+                "Warning",
+                "FailedCreate",
+                &format!("Error creating: {}", e.message),
+                COMPONENT,
+            ),
+        }
+    }
+
+    fn reconcile(&mut self, api: &Api, job: &Value) {
+        if is_deleting(job) || job["spec"]["suspend"] == true {
+            return;
+        }
+        let pods = self.owned_pods(api, job);
+        let finished = condition_true(job, "Complete") || condition_true(job, "Failed");
+        if finished {
+            for p in &pods {
+                if matches!(phase(p), "Succeeded" | "Failed") || is_deleting(p) {
+                    self.release_pod(api, p);
+                }
+            }
+            self.expire(api, job);
+            return;
+        }
+        if job["status"]["startTime"].is_null() {
+            self.write_status(api, job, |j| j["status"]["startTime"] = json!(ids::now()));
+        }
+        let succeeded = pods.iter().filter(|p| phase(p) == "Succeeded").count();
+        let mut failed_jobs_verdict = None;
+        let mut failed = 0;
+        for p in pods.iter().filter(|p| phase(p) == "Failed") {
+            match judge(job, p) {
+                Verdict::FailJob(m) => {
+                    failed += 1;
+                    failed_jobs_verdict.get_or_insert(m);
+                }
+                Verdict::Ignore => {}
+                Verdict::Count => failed += 1,
+            }
+        }
+        let active: Vec<&Value> = pods
+            .iter()
+            .filter(|p| !matches!(phase(p), "Succeeded" | "Failed") && !is_deleting(p))
+            .collect();
+        let uid = uid_of(job).to_owned();
+        let entry = self
+            .last_failure
+            .entry(uid.clone())
+            .or_insert((0, Instant::now()));
+        if failed > entry.0 {
+            *entry = (failed, Instant::now());
+        }
+        let last_failure = *entry;
+        let completions = job["spec"]["completions"].as_u64().unwrap_or(1) as usize;
+        let backoff_limit = job["spec"]["backoffLimit"].as_u64().unwrap_or(6) as usize;
+        let deadline = job["spec"]["activeDeadlineSeconds"].as_f64();
+        let started = ids::seconds_since(job["status"]["startTime"].as_str().unwrap_or_default())
+            .unwrap_or(0.0);
+        let counted_failed = failed;
+        self.write_status(api, job, |j| {
+            let s = &mut j["status"];
+            for (k, v) in [
+                ("active", active.len()),
+                ("succeeded", succeeded),
+                ("failed", counted_failed),
+            ] {
+                if v == 0 {
+                    if let Some(m) = s.as_object_mut() {
+                        m.remove(k);
+                    }
+                } else {
+                    s[k] = json!(v);
+                }
+            }
+            s["ready"] = json!(0);
+            s["terminating"] = json!(0);
+            s["uncountedTerminatedPods"] = json!({});
+        });
+        let fail_with = |this: &Self, reason: &str, message: &str| {
+            for p in &active {
+                this.delete_pod(api, job, p);
+            }
+            this.fail_job(api, job, reason, message);
+        };
+        if let Some(message) = failed_jobs_verdict {
+            fail_with(self, "PodFailurePolicy", &message);
+        } else if failed > backoff_limit {
+            fail_with(
+                self,
+                "BackoffLimitExceeded",
+                "Job has reached the specified backoff limit",
+            );
+        } else if deadline.is_some_and(|d| started >= d) {
+            let extra = active.len();
+            self.write_status(api, job, |j| {
+                let f = j["status"]["failed"].as_u64().unwrap_or(0) as usize + extra;
+                j["status"]["failed"] = json!(f.max(1));
+                if let Some(m) = j["status"].as_object_mut() {
+                    m.remove("active");
+                }
+            });
+            fail_with(
+                self,
+                "DeadlineExceeded",
+                "Job was active longer than specified deadline",
+            );
+        } else if succeeded >= completions {
+            self.complete_job(api, job);
+        } else if active.is_empty() {
+            let wait = if failed == 0 {
+                Duration::ZERO
+            } else {
+                (self.base_backoff * 2u32.saturating_pow(failed as u32 - 1)).min(MAX_BACKOFF)
+            };
+            if last_failure.1.elapsed() >= wait {
+                self.create_pod(api, job);
+            }
+        }
+        for p in pods
+            .iter()
+            .filter(|p| matches!(phase(p), "Succeeded" | "Failed"))
+        {
+            self.release_pod(api, p);
+        }
+    }
+
+    /// Deletes a finished Job (foreground, so its pods go first) once its TTL has passed.
+    fn expire(&self, api: &Api, job: &Value) {
+        let Some(ttl) = job["spec"]["ttlSecondsAfterFinished"].as_f64() else {
+            return;
+        };
+        let finished_at = job["status"]["completionTime"]
+            .as_str()
+            .map(str::to_owned)
+            .or_else(|| {
+                job["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|c| c["type"] == "Failed")
+                    .and_then(|c| c["lastTransitionTime"].as_str().map(str::to_owned))
+            });
+        let Some(at) = finished_at else { return };
+        if ids::seconds_since(&at).is_some_and(|s| s >= ttl) {
+            let opts = DeleteOpts {
+                propagation: Some("Foreground".into()),
+                ..Default::default()
+            };
+            let _ = api.delete(self.jobs, ns_of(job), name_of(job), &opts);
+        }
+    }
+}
+
+pub async fn run(api: Arc<Api>, base_backoff: Duration) {
+    let mut jobs = Jobs {
+        jobs: rid("batch", "jobs"),
+        pods: rid("", "pods"),
+        base_backoff,
+        last_failure: HashMap::new(),
+    };
+    let interests = vec![jobs.jobs, jobs.pods];
+    super::run_loop(
+        api,
+        interests,
+        Duration::from_millis(250),
+        move |api, changes| {
+            let (all, _) = api.store.list(jobs.jobs, None, |_| true);
+            let touched: Vec<&Value> = if changes.is_empty() {
+                all.iter().collect()
+            } else {
+                let uids: Vec<String> = changes
+                    .iter()
+                    .flat_map(|c| {
+                        let own = if c.rid == jobs.jobs {
+                            vec![uid_of(&c.object).to_owned()]
+                        } else {
+                            vec![]
+                        };
+                        let owners = c.object["metadata"]["ownerReferences"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|r| r["uid"].as_str().map(str::to_owned))
+                            .collect::<Vec<_>>();
+                        own.into_iter().chain(owners)
+                    })
+                    .collect();
+                all.iter()
+                    .filter(|j| uids.iter().any(|u| u == uid_of(j)))
+                    .collect()
+            };
+            for job in touched {
+                if let Some(current) = api.store.get(jobs.jobs, ns_of(job), name_of(job)) {
+                    jobs.reconcile(api, &current);
+                }
+            }
+            let live: Vec<String> = all.iter().map(|j| uid_of(j).to_owned()).collect();
+            jobs.last_failure.retain(|k, _| live.contains(k));
+        },
+    )
+    .await;
+}

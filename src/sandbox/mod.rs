@@ -1,0 +1,215 @@
+//! The local sandbox: an in-process Kubernetes API server on 127.0.0.1 speaking the real
+//! REST protocol, simulated control-plane loops (namespaces, garbage collector, PV
+//! controller, Job controller, scheduler) and a pod runner that maps images to local
+//! executables. Used by `flex-provisioner sandbox`, by storage admins trying an image, and
+//! by the test suite through `Sandbox::start`.
+
+pub mod admission;
+pub mod api;
+pub mod cli;
+pub(crate) mod controllers;
+pub mod events;
+pub mod faults;
+pub mod ids;
+pub mod kubelet;
+pub mod managed;
+mod openapi;
+pub mod patch;
+pub mod resources;
+pub mod selector;
+mod server;
+pub mod status;
+pub mod store;
+mod tables;
+pub mod watch;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+pub use api::{Api, DeleteOpts, ListOpts, WriteCtx};
+pub use faults::{Fault, Faults};
+
+/// How to start a sandbox. `Default` gives one node, images from `provisioner-images/`, and
+/// the Job controller's real pod backoff (10 s, doubling).
+#[derive(Debug, Clone)]
+pub struct SandboxOptions {
+    /// Node names; each gets a directory under the work dir standing for its filesystem.
+    pub nodes: Vec<String>,
+    /// Where `<image name>/entrypoint` executables are looked up.
+    pub images_dir: PathBuf,
+    /// Explicit image -> executable mappings (full image reference or bare name).
+    pub image_map: BTreeMap<String, PathBuf>,
+    /// How many changes the watch history keeps; older versions get 410 Gone.
+    pub history_window: usize,
+    /// The Job controller's delay before replacing a failed pod (doubling each time).
+    pub pod_backoff: Duration,
+    /// Where to write the kubeconfig (default: in the work dir).
+    pub kubeconfig: Option<PathBuf>,
+    /// Scratch space for logs, termination messages and node filesystems (default: a new
+    /// directory under the system temp dir, removed when the sandbox is dropped).
+    pub work_dir: Option<PathBuf>,
+    /// Directories put first on the PATH of every pod (e.g. where `flex-provisioner` is).
+    pub extra_path: Vec<PathBuf>,
+    /// Port to listen on (0: any free port).
+    pub port: u16,
+}
+
+impl Default for SandboxOptions {
+    fn default() -> Self {
+        SandboxOptions {
+            nodes: vec!["sandbox-node-1".into()],
+            images_dir: PathBuf::from("provisioner-images"),
+            image_map: BTreeMap::new(),
+            history_window: 50_000,
+            pod_backoff: Duration::from_secs(10),
+            kubeconfig: None,
+            work_dir: None,
+            extra_path: Vec::new(),
+            port: 0,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("cannot listen on 127.0.0.1:{port}: {source}")]
+    Listen { port: u16, source: std::io::Error },
+    #[error("cannot prepare {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("cannot build a client for the sandbox: {0}")]
+    Client(String),
+}
+
+/// A running sandbox. Dropping it stops the server, the loops and every pod process.
+pub struct Sandbox {
+    pub addr: SocketAddr,
+    pub api: Arc<Api>,
+    pub faults: Arc<Faults>,
+    pub kubeconfig: PathBuf,
+    pub work_dir: PathBuf,
+    pub kubelet: Arc<kubelet::Kubelet>,
+    owns_work_dir: bool,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SandboxError + '_ {
+    move |source| SandboxError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+impl Sandbox {
+    pub async fn start(opts: SandboxOptions) -> Result<Sandbox, SandboxError> {
+        let owns_work_dir = opts.work_dir.is_none();
+        let work_dir = opts.work_dir.clone().unwrap_or_else(|| {
+            std::env::temp_dir().join(format!(
+                "flex-sandbox-{}-{}",
+                std::process::id(),
+                ids::name_suffix()
+            ))
+        });
+        std::fs::create_dir_all(&work_dir).map_err(io_err(&work_dir))?;
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", opts.port))
+            .await
+            .map_err(|source| SandboxError::Listen {
+                port: opts.port,
+                source,
+            })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| SandboxError::Listen {
+                port: opts.port,
+                source,
+            })?;
+        let kubeconfig = opts
+            .kubeconfig
+            .clone()
+            .unwrap_or_else(|| work_dir.join("kubeconfig"));
+        std::fs::write(&kubeconfig, kubeconfig_yaml(addr)).map_err(io_err(&kubeconfig))?;
+
+        let api = Arc::new(Api::new(opts.history_window));
+        let faults = Arc::new(Faults::default());
+        let kubelet = Arc::new(kubelet::Kubelet::new(
+            api.clone(),
+            &opts,
+            &work_dir,
+            &kubeconfig,
+        ));
+        controllers::bootstrap(&api, &opts.nodes);
+        let shared = Arc::new(server::Shared {
+            api: api.clone(),
+            faults: faults.clone(),
+            logs: kubelet.logs.clone(),
+        });
+        let mut tasks = vec![tokio::spawn(server::serve(listener, shared))];
+        tasks.extend(controllers::spawn_all(api.clone(), &opts));
+        tasks.push(tokio::spawn(kubelet.clone().run()));
+        Ok(Sandbox {
+            addr,
+            api,
+            faults,
+            kubeconfig,
+            work_dir,
+            kubelet,
+            owns_work_dir,
+            tasks,
+        })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A kube client for the sandbox, as a controller outside it would have.
+    pub fn client(&self) -> Result<kube::Client, SandboxError> {
+        let uri: hyper::Uri = self
+            .url()
+            .parse()
+            .map_err(|e| SandboxError::Client(format!("{e}")))?;
+        let mut config = kube::Config::new(uri);
+        config.default_namespace = "default".into();
+        config.read_timeout = Some(Duration::from_secs(300));
+        kube::Client::try_from(config).map_err(|e| SandboxError::Client(e.to_string()))
+    }
+
+    /// The directory standing for a node's filesystem root.
+    pub fn node_root(&self, node: &str) -> PathBuf {
+        self.kubelet.node_root(node)
+    }
+
+    /// Forgets the watch history: watches from older versions get 410 Gone.
+    pub fn compact(&self) {
+        self.api.store.compact();
+    }
+
+    pub fn close_watches(&self) {
+        self.faults.close_watches();
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+        self.kubelet.kill_all();
+        if self.owns_work_dir {
+            let _ = std::fs::remove_dir_all(&self.work_dir);
+        }
+    }
+}
+
+fn kubeconfig_yaml(addr: SocketAddr) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: flex-sandbox\n  cluster:\n    server: http://{addr}\ncontexts:\n- name: flex-sandbox\n  context:\n    cluster: flex-sandbox\n    user: flex-sandbox\n    namespace: default\ncurrent-context: flex-sandbox\nusers:\n- name: flex-sandbox\n  user: {{}}\n"
+    )
+}

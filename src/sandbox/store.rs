@@ -1,0 +1,231 @@
+//! The sandbox's object store: objects per resource, one global resourceVersion, a bounded
+//! history of changes for watches (older versions answer 410 Gone), and a broadcast of
+//! live changes.
+//!
+//! Every write runs a closure under one lock, so read-modify-write is atomic and a watch
+//! can take its replay and its live subscription at the same version.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+use super::resources::Rid;
+use super::status::ApiResult;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change, as recorded in the history and sent to watchers.
+#[derive(Debug)]
+pub struct Change {
+    pub rv: u64,
+    pub rid: Rid,
+    pub event: EventType,
+    pub object: Value,
+    /// The object before a modification, so selector watches can tell an object leaving
+    /// their selection (sent as DELETED with this old state, like the real server).
+    pub old: Option<Value>,
+}
+
+/// What a write closure decides.
+pub enum Write {
+    /// Store this object (create or replace).
+    Put(Value),
+    /// Remove the object; the value is its final state for the DELETED event.
+    Delete(Value),
+    /// Nothing changed; the value is returned to the caller as it is stored.
+    Unchanged(Value),
+}
+
+type Key = (String, String);
+
+struct State {
+    rv: u64,
+    /// Watches may start from any version at or after this one.
+    compacted: u64,
+    objects: Vec<BTreeMap<Key, Value>>,
+    history: VecDeque<Arc<Change>>,
+    window: usize,
+}
+
+pub struct Store {
+    state: Mutex<State>,
+    tx: broadcast::Sender<Arc<Change>>,
+}
+
+/// The first resourceVersion; everything before it counts as compacted, as on a cluster
+/// that has been running for a while.
+const FIRST_RV: u64 = 1000;
+
+impl Store {
+    pub fn new(resources: usize, window: usize) -> Self {
+        let (tx, _) = broadcast::channel(1 << 16);
+        Store {
+            state: Mutex::new(State {
+                rv: FIRST_RV,
+                compacted: FIRST_RV,
+                objects: vec![BTreeMap::new(); resources],
+                history: VecDeque::new(),
+                window: window.max(1),
+            }),
+            tx,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves consistent data (writes are applied at the
+        // end), so a poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn current_rv(&self) -> u64 {
+        self.lock().rv
+    }
+
+    pub fn compacted_rv(&self) -> u64 {
+        self.lock().compacted
+    }
+
+    pub fn get(&self, rid: Rid, ns: &str, name: &str) -> Option<Value> {
+        self.lock().objects[rid]
+            .get(&(ns.to_owned(), name.to_owned()))
+            .cloned()
+    }
+
+    /// Objects of a resource (in one namespace, or all), in key order, and the list version.
+    pub fn list(
+        &self,
+        rid: Rid,
+        ns: Option<&str>,
+        keep: impl Fn(&Value) -> bool,
+    ) -> (Vec<Value>, u64) {
+        let state = self.lock();
+        let map = &state.objects[rid];
+        let items = match ns {
+            Some(ns) => map
+                .range((ns.to_owned(), String::new())..)
+                .take_while(|((n, _), _)| n == ns)
+                .map(|(_, v)| v)
+                .filter(|v| keep(v))
+                .cloned()
+                .collect(),
+            None => map.values().filter(|v| keep(v)).cloned().collect(),
+        };
+        (items, state.rv)
+    }
+
+    pub fn count(&self, rid: Rid) -> usize {
+        self.lock().objects[rid].len()
+    }
+
+    /// Runs `f` on the current object (if any) under the store lock and applies its decision,
+    /// stamping a new resourceVersion on every real change.
+    pub fn write(
+        &self,
+        rid: Rid,
+        ns: &str,
+        name: &str,
+        f: impl FnOnce(Option<&Value>, u64) -> ApiResult<Write>,
+    ) -> ApiResult<Value> {
+        let mut state = self.lock();
+        let key = (ns.to_owned(), name.to_owned());
+        let current = state.objects[rid].get(&key).cloned();
+        let next_rv = state.rv + 1;
+        let decision = f(current.as_ref(), next_rv)?;
+        let (event, mut object) = match decision {
+            Write::Unchanged(v) => return Ok(v),
+            Write::Put(v) => (
+                if current.is_some() {
+                    EventType::Modified
+                } else {
+                    EventType::Added
+                },
+                v,
+            ),
+            Write::Delete(v) => (EventType::Deleted, v),
+        };
+        state.rv = next_rv;
+        object["metadata"]["resourceVersion"] = json!(next_rv.to_string());
+        if event == EventType::Deleted {
+            state.objects[rid].remove(&key);
+        } else {
+            state.objects[rid].insert(key, object.clone());
+        }
+        let change = Arc::new(Change {
+            rv: next_rv,
+            rid,
+            event,
+            object: object.clone(),
+            old: current,
+        });
+        state.history.push_back(change.clone());
+        while state.history.len() > state.window {
+            if let Some(dropped) = state.history.pop_front() {
+                state.compacted = dropped.rv;
+            }
+        }
+        let _ = self.tx.send(change);
+        Ok(object)
+    }
+
+    /// The recorded changes after `from` and a live subscription that continues exactly
+    /// where they end. `Err(compacted)` when `from` is older than the history.
+    pub fn watch_from(
+        &self,
+        from: u64,
+    ) -> Result<(Vec<Arc<Change>>, broadcast::Receiver<Arc<Change>>), u64> {
+        let state = self.lock();
+        if from < state.compacted {
+            return Err(state.compacted);
+        }
+        let replay = state
+            .history
+            .iter()
+            .filter(|c| c.rv > from)
+            .cloned()
+            .collect();
+        Ok((replay, self.tx.subscribe()))
+    }
+
+    /// A live subscription and the version it starts after, with the current objects.
+    pub fn snapshot_and_subscribe(
+        &self,
+        rid: Rid,
+        ns: Option<&str>,
+    ) -> (Vec<Value>, u64, broadcast::Receiver<Arc<Change>>) {
+        let state = self.lock();
+        let items = state.objects[rid]
+            .iter()
+            .filter(|((n, _), _)| ns.is_none_or(|ns| ns == n))
+            .map(|(_, v)| v.clone())
+            .collect();
+        (items, state.rv, self.tx.subscribe())
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Change>> {
+        self.tx.subscribe()
+    }
+
+    /// Forgets all history: every watch from an earlier version now gets 410 Gone.
+    pub fn compact(&self) {
+        let mut state = self.lock();
+        state.history.clear();
+        state.compacted = state.rv;
+    }
+}
