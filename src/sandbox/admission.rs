@@ -96,14 +96,34 @@ fn validate_owner_references(r: &Resource, name: &str, obj: &Value) -> ApiResult
                 "FieldValueInvalid",
                 "metadata.ownerReferences",
                 format!(
-                    "Invalid value: {}: Only one reference can have Controller set to true. Found \"true\" in references for {}",
-                    Value::Array(refs.clone()),
+                    "Invalid value: [{}]: Only one reference can have Controller set to true. Found \"true\" in references for {}",
+                    refs.iter().map(go_order).collect::<Vec<_>>().join(","),
                     names.join(" and ")
                 ),
             )],
         ));
     }
     Ok(())
+}
+
+/// An owner reference serialised in the Go struct's field order, as the real message shows it.
+fn go_order(rf: &Value) -> String {
+    let fields: Vec<String> = [
+        "apiVersion",
+        "kind",
+        "name",
+        "uid",
+        "controller",
+        "blockOwnerDeletion",
+    ]
+    .iter()
+    .filter_map(|k| {
+        rf.get(*k)
+            .filter(|v| !v.is_null())
+            .map(|v| format!("\"{k}\":{v}"))
+    })
+    .collect();
+    format!("{{{}}}", fields.join(","))
 }
 
 fn add_finalizer(obj: &mut Value, f: &str) {
@@ -415,8 +435,12 @@ fn validate_pod_update(r: &Resource, name: &str, old: &Value, new: &Value) -> Ap
             .collect()
     };
     let before = gates(old);
-    for (i, g) in gates(new).iter().enumerate() {
-        if !before.contains(g) {
+    let added: Vec<String> = gates(new)
+        .into_iter()
+        .filter(|g| !before.contains(g))
+        .collect();
+    for (i, g) in added.iter().enumerate() {
+        {
             return Err(invalid(
                 r,
                 name,

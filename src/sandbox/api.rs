@@ -18,8 +18,12 @@ use super::store::{Store, Write};
 #[derive(Debug, Clone, Default)]
 pub struct WriteCtx {
     pub manager: String,
+    /// Whether the client named the manager (`fieldManager`); apply requires it.
+    pub manager_given: bool,
     pub dry_run: bool,
     pub force: bool,
+    /// Set for server-side apply, whose ownership is computed by `managed::apply`.
+    pub apply: bool,
 }
 
 impl WriteCtx {
@@ -379,6 +383,14 @@ impl Api {
                 return Err(ApiError::conflict(r, name));
             }
             let requested = make(&view(r, old))?;
+            // A patch or update that carries another version than the stored one is stale.
+            if let Some(rv) = requested["metadata"]["resourceVersion"].as_str()
+                && !rv.is_empty()
+                && rv != meta_str(old, "resourceVersion")
+            {
+                return Err(ApiError::conflict(r, name));
+            }
+            let client_fields = requested["metadata"].get("managedFields").cloned();
             let mut new = if r.storage_of.is_some() {
                 events::to_core(&requested)
             } else {
@@ -411,25 +423,33 @@ impl Api {
                 }
             }
             admission::prepare_update(storage, old, &mut new)?;
-            new["metadata"]["managedFields"] = old["metadata"]
-                .get("managedFields")
-                .cloned()
-                .unwrap_or(Value::Null);
-            if new["metadata"]["managedFields"].is_null()
-                && let Some(m) = new["metadata"].as_object_mut()
-            {
-                m.remove("managedFields");
+            // Ownership: an apply has set it already; a client may rewrite it on purpose
+            // (kubectl does, when moving from client-side to server-side apply); otherwise
+            // the writer takes over the fields it changed.
+            let old_fields = old["metadata"].get("managedFields").cloned();
+            let rewritten = client_fields.is_some() && client_fields != old_fields;
+            if !ctx.apply && !rewritten {
+                match &old_fields {
+                    Some(f) => new["metadata"]["managedFields"] = f.clone(),
+                    None => {
+                        if let Some(m) = new["metadata"].as_object_mut() {
+                            m.remove("managedFields");
+                        }
+                    }
+                }
             }
             let before = new.clone();
             let mut tracked = new;
-            managed::record_update(
-                Some(old),
-                &mut tracked,
-                &ctx.manager,
-                sub,
-                &storage.api_version(),
-                &ids::now(),
-            );
+            if !ctx.apply && !rewritten {
+                managed::record_update(
+                    Some(old),
+                    &mut tracked,
+                    &ctx.manager,
+                    sub,
+                    &storage.api_version(),
+                    &ids::now(),
+                );
+            }
             // An update that changes nothing keeps the version (and its watchers quiet).
             if without_rv(&before) == without_rv(old) {
                 return Ok(Write::Unchanged(old.clone()));
@@ -513,7 +533,7 @@ impl Api {
         sub: Option<&str>,
         ctx: &WriteCtx,
     ) -> ApiResult<(u16, Value)> {
-        if ctx.manager.is_empty() {
+        if !ctx.manager_given || ctx.manager.is_empty() {
             return Err(ApiError::new(
                 422,
                 Some("Invalid"),
@@ -583,28 +603,29 @@ impl Api {
         let force = ctx.force;
         let api_version = r.api_version();
         let mut conflicts = None;
-        let result = self.replace(
-            r,
-            ns,
-            name,
-            sub,
-            ctx,
-            expected_rv,
-            |current| match managed::apply(
-                current,
-                &config,
-                &manager,
-                force,
-                &api_version,
-                &ids::now(),
-            ) {
+        let apply_ctx = WriteCtx {
+            apply: true,
+            ..ctx.clone()
+        };
+        let result = self.replace(r, ns, name, sub, &apply_ctx, expected_rv, |current| {
+            let attempt = |force| {
+                managed::apply(current, &config, &manager, force, &api_version, &ids::now())
+            };
+            match attempt(force) {
                 Ok(v) => Ok(v),
+                // Fields a client-side apply recorded in last-applied-configuration
+                // pass to the server-side applier, as kubectl's upgrade expects.
+                Err(c) if c.iter().all(|x| in_last_applied(current, &x.field)) => attempt(true)
+                    .map_err(|c| {
+                        conflicts = Some(c);
+                        ApiError::internal("apply conflict")
+                    }),
                 Err(c) => {
                     conflicts = Some(c);
                     Err(ApiError::internal("apply conflict"))
                 }
-            },
-        );
+            }
+        });
         match (result, conflicts) {
             (_, Some(c)) => Err(conflicts_error(c)),
             (result, None) => result.map(|obj| (200, obj)),
@@ -745,6 +766,25 @@ impl Api {
     }
 }
 
+/// Whether a conflicting field (`.data.b`) is in the object's last client-side applied
+/// configuration.
+fn in_last_applied(obj: &Value, field: &str) -> bool {
+    let Some(text) =
+        obj["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"].as_str()
+    else {
+        return false;
+    };
+    let Ok(last) = serde_json::from_str::<Value>(text) else {
+        return false;
+    };
+    let path: Vec<String> = field
+        .trim_start_matches('.')
+        .split('.')
+        .map(str::to_owned)
+        .collect();
+    managed::leaf_paths(&last, false).contains(&path)
+}
+
 fn r_id(r: &Resource) -> Rid {
     resources::find(r.group, r.version, r.plural).unwrap_or_default()
 }
@@ -767,10 +807,16 @@ fn decode_continue(token: &str) -> ApiResult<String> {
             "invalid continue token: continue key is not valid: invalid character '{c}' looking for beginning of value"
         ))
     };
+    use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+    // Lenient like Go's decoder: garbage decodes to bytes, and JSON reports the first one.
+    let lenient = GeneralPurpose::new(
+        &base64::alphabet::URL_SAFE,
+        GeneralPurposeConfig::new()
+            .with_decode_allow_trailing_bits(true)
+            .with_decode_padding_mode(DecodePaddingMode::Indifferent),
+    );
     let first = token.chars().next().unwrap_or(' ');
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(token.trim_end_matches('='))
-        .map_err(|_| bad(first))?;
+    let bytes = lenient.decode(token).map_err(|_| bad(first))?;
     let v: Value = serde_json::from_slice(&bytes)
         .map_err(|_| bad(bytes.first().map_or(' ', |b| *b as char)))?;
     v["start"]

@@ -142,6 +142,16 @@ pub fn validate_new(ev: &Value, name: &str) -> Result<(), ApiError> {
             "reportingController",
             "Required value",
         ));
+        causes.push(Cause::new(
+            "FieldValueInvalid",
+            "reportingController",
+            "Invalid value: \"\": name part must be non-empty",
+        ));
+        causes.push(Cause::new(
+            "FieldValueInvalid",
+            "reportingController",
+            "Invalid value: \"\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')",
+        ));
     }
     if causes.is_empty() {
         Ok(())

@@ -145,11 +145,16 @@ impl Kubelet {
         let mut rx = self.api.store.subscribe();
         let mut tick = tokio::time::interval(Duration::from_millis(500));
         loop {
-            tokio::select! {
-                _ = rx.recv() => {}
-                _ = tick.tick() => {}
+            let mut woke_for_pods = tokio::select! {
+                msg = rx.recv() => msg.map_or(true, |c| c.rid == pods),
+                _ = tick.tick() => true,
+            };
+            while let Ok(c) = rx.try_recv() {
+                woke_for_pods |= c.rid == pods;
             }
-            while rx.try_recv().is_ok() {}
+            if !woke_for_pods {
+                continue;
+            }
             let nodes = self.nodes.clone();
             let (mine, _) = self.api.store.list(pods, None, |p| {
                 p["spec"]["nodeName"]

@@ -234,6 +234,8 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
                 manager,
                 dry_run: q.get("dryRun").is_some_and(|v| v == "All"),
                 force: truthy(q.get("force")),
+                manager_given: q.contains_key("fieldManager"),
+                apply: false,
             };
             let content_type = header(&req, "content-type");
             // Protobuf is not spoken here; 415 makes client-go fall back to JSON.

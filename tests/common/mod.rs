@@ -259,3 +259,5 @@ pub fn assert_pv_valid(pv: &PersistentVolume) {
     assert!(spec.capacity.as_ref().unwrap().contains_key("storage"));
     assert!(!spec.access_modes.as_ref().unwrap().is_empty());
 }
+
+pub mod sandbox;

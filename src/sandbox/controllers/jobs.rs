@@ -277,10 +277,21 @@ impl Jobs {
     }
 
     fn reconcile(&mut self, api: &Api, job: &Value) {
-        if is_deleting(job) || job["spec"]["suspend"] == true {
+        let pods = self.owned_pods(api, job);
+        // A Job being deleted lets go of its finished or stopping pods, so the collector
+        // can remove them (and then the Job, in foreground deletion).
+        if is_deleting(job) {
+            for p in pods
+                .iter()
+                .filter(|p| matches!(phase(p), "Succeeded" | "Failed") || is_deleting(p))
+            {
+                self.release_pod(api, p);
+            }
             return;
         }
-        let pods = self.owned_pods(api, job);
+        if job["spec"]["suspend"] == true {
+            return;
+        }
         let finished = condition_true(job, "Complete") || condition_true(job, "Failed");
         if finished {
             for p in &pods {
@@ -464,6 +475,22 @@ pub async fn run(api: Arc<Api>, base_backoff: Duration) {
                 }
             }
             let live: Vec<String> = all.iter().map(|j| uid_of(j).to_owned()).collect();
+            // Pods whose Job is gone are not tracked by anyone any more.
+            let (orphans, _) = api.store.list(jobs.pods, None, |p| {
+                p["metadata"]["finalizers"]
+                    .as_array()
+                    .is_some_and(|f| f.iter().any(|x| x == TRACKING))
+                    && !p["metadata"]["ownerReferences"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|r| {
+                            r["controller"] == true && live.iter().any(|u| r["uid"] == u.as_str())
+                        })
+            });
+            for p in &orphans {
+                jobs.release_pod(api, p);
+            }
             jobs.last_failure.retain(|k, _| live.contains(k));
         },
     )
