@@ -615,11 +615,12 @@ impl Api {
                 Ok(v) => Ok(v),
                 // Fields a client-side apply recorded in last-applied-configuration
                 // pass to the server-side applier, as kubectl's upgrade expects.
-                Err(c) if c.iter().all(|x| in_last_applied(current, &x.field)) => attempt(true)
-                    .map_err(|c| {
+                Err(c) if c.iter().all(|x| in_last_applied(current, x)) => {
+                    attempt(true).map_err(|c| {
                         conflicts = Some(c);
                         ApiError::internal("apply conflict")
-                    }),
+                    })
+                }
                 Err(c) => {
                     conflicts = Some(c);
                     Err(ApiError::internal("apply conflict"))
@@ -766,23 +767,30 @@ impl Api {
     }
 }
 
-/// Whether a conflicting field (`.data.b`) is in the object's last client-side applied
-/// configuration.
-fn in_last_applied(obj: &Value, field: &str) -> bool {
-    let Some(text) =
-        obj["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"].as_str()
-    else {
+/// Whether a conflict is the hand-over from client-side apply: the field is in the object's
+/// last-applied-configuration, and the manager it conflicts with is the one that wrote that
+/// annotation (the real server forgives exactly those).
+fn in_last_applied(obj: &Value, conflict: &managed::Conflict) -> bool {
+    const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+    let Some(text) = obj["metadata"]["annotations"][LAST_APPLIED].as_str() else {
         return false;
     };
     let Ok(last) = serde_json::from_str::<Value>(text) else {
         return false;
     };
-    let path: Vec<String> = field
+    let annotation_path: Vec<String> = ["metadata", "annotations", LAST_APPLIED]
+        .map(str::to_owned)
+        .to_vec();
+    let wrote_annotation = managed::read(obj)
+        .iter()
+        .any(|e| e.manager == conflict.manager && e.paths.contains(&annotation_path));
+    let path: Vec<String> = conflict
+        .field
         .trim_start_matches('.')
         .split('.')
         .map(str::to_owned)
         .collect();
-    managed::leaf_paths(&last, false).contains(&path)
+    wrote_annotation && managed::leaf_paths(&last, false).contains(&path)
 }
 
 fn r_id(r: &Resource) -> Rid {

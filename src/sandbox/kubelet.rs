@@ -16,7 +16,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::io::AsyncReadExt;
 use tokio::sync::oneshot;
 
 use super::SandboxOptions;
@@ -557,6 +556,7 @@ impl Kubelet {
             .to_owned();
         let pod_dir = self.work_dir.join("pods").join(uid_of(&pod));
         let _ = std::fs::create_dir_all(&pod_dir);
+        let _ = std::fs::create_dir_all(self.node_root(&node));
         self.mount_volumes(&pod, &pod_dir, &node);
         let containers: Vec<Value> = pod["spec"]["containers"]
             .as_array()
@@ -676,19 +676,39 @@ impl Kubelet {
             .map(|(_, v)| PathBuf::from(v))
             .unwrap_or_default();
         let _ = std::fs::remove_file(&term_path);
+        // One pipe for stdout and stderr keeps the output in the order it was written, as a
+        // container runtime's log does.
+        let (reader, writer) = match std::io::pipe() {
+            Ok(pair) => pair,
+            Err(e) => {
+                return (
+                    128,
+                    format!("cannot create a pipe for container \"{}\": {e}", p.name),
+                );
+            }
+        };
+        let writer_err = match writer.try_clone() {
+            Ok(w) => w,
+            Err(e) => {
+                return (
+                    128,
+                    format!("cannot create a pipe for container \"{}\": {e}", p.name),
+                );
+            }
+        };
         let mut cmd = std::process::Command::new(&p.program);
         cmd.args(&p.args)
             .env_clear()
             .envs(p.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .current_dir(term_path.parent().unwrap_or(Path::new("/")))
             .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stdout(writer)
+            .stderr(writer_err)
             .process_group(0);
-        let mut child = match tokio::process::Command::from(cmd)
+        let spawned = tokio::process::Command::from(cmd)
             .kill_on_drop(true)
-            .spawn()
-        {
+            .spawn();
+        let mut child = match spawned {
             Ok(c) => c,
             Err(e) => {
                 let message = format!(
@@ -709,29 +729,23 @@ impl Kubelet {
             .entry(uid_of(pod).to_owned())
             .or_default()
             .push((pgid, Some(tx)));
-        let mut stdout = child.stdout.take();
-        let mut stderr = child.stderr.take();
         let logs = self.logs.clone();
         let (ns, name) = (ns_of(pod).to_owned(), name_of(pod).to_owned());
-        let pump = async move {
+        let pump = tokio::task::spawn_blocking(move || {
+            use std::io::Read as _;
+            let mut reader = reader;
             let mut out = Vec::new();
             let mut buf = [0u8; 4096];
-            let mut ebuf = [0u8; 4096];
-            let mut open = (stdout.is_some(), stderr.is_some());
-            while open.0 || open.1 {
-                tokio::select! {
-                    n = async { stdout.as_mut().expect("open").read(&mut buf).await }, if open.0 => match n {
-                        Ok(0) | Err(_) => open.0 = false,
-                        Ok(n) => { logs.append(&ns, &name, &String::from_utf8_lossy(&buf[..n])); out.extend_from_slice(&buf[..n]); }
-                    },
-                    n = async { stderr.as_mut().expect("open").read(&mut ebuf).await }, if open.1 => match n {
-                        Ok(0) | Err(_) => open.1 = false,
-                        Ok(n) => { logs.append(&ns, &name, &String::from_utf8_lossy(&ebuf[..n])); out.extend_from_slice(&ebuf[..n]); }
-                    },
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0 {
+                    break;
                 }
+                logs.append(&ns, &name, &String::from_utf8_lossy(&buf[..n]));
+                out.extend_from_slice(&buf[..n]);
             }
             out
-        };
+        });
+        let pump = async move { pump.await.unwrap_or_default() };
         let (output, status) = tokio::join!(pump, child.wait());
         drop(rx);
         let code = match status {
@@ -808,8 +822,9 @@ fn signal(pgid: u32, sig: &str) {
     if pgid == 0 {
         return;
     }
+    // `--` so that the negative pid (the whole process group) is not read as an option.
     let _ = std::process::Command::new("kill")
-        .arg(format!("-{sig}"))
+        .args(["-s", sig, "--"])
         .arg(format!("-{pgid}"))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
