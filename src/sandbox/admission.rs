@@ -439,20 +439,16 @@ fn validate_pod_update(r: &Resource, name: &str, old: &Value, new: &Value) -> Ap
         .into_iter()
         .filter(|g| !before.contains(g))
         .collect();
-    for (i, g) in added.iter().enumerate() {
-        {
-            return Err(invalid(
-                r,
-                name,
-                vec![Cause::new(
-                    "FieldValueForbidden",
-                    format!("spec.schedulingGates[{i}].name"),
-                    format!(
-                        "Forbidden: only deletion is allowed, but found new scheduling gate '{g}'"
-                    ),
-                )],
-            ));
-        }
+    if let Some(g) = added.first() {
+        return Err(invalid(
+            r,
+            name,
+            vec![Cause::new(
+                "FieldValueForbidden",
+                "spec.schedulingGates[0].name",
+                format!("Forbidden: only deletion is allowed, but found new scheduling gate '{g}'"),
+            )],
+        ));
     }
     Ok(())
 }

@@ -64,8 +64,11 @@ pub struct Kubelet {
     /// Pods (by uid) this kubelet has taken on.
     started: Mutex<HashSet<String>>,
     /// Process groups of running containers, by pod uid, and how to ask them to stop.
-    running: Mutex<HashMap<String, Vec<(u32, Option<oneshot::Sender<()>>)>>>,
+    running: Mutex<HashMap<String, Vec<Running>>>,
 }
+
+/// A running container: its process group, and the signal that it is being stopped.
+type Running = (u32, Option<oneshot::Sender<()>>);
 
 /// Why a container could not start, as the kubelet reports it.
 struct Waiting {

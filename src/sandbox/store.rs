@@ -43,6 +43,9 @@ pub struct Change {
     pub old: Option<Value>,
 }
 
+/// Changes to replay, and the live subscription that continues after them.
+pub type Replay = (Vec<Arc<Change>>, broadcast::Receiver<Arc<Change>>);
+
 /// What a write closure decides.
 pub enum Write {
     /// Store this object (create or replace).
@@ -214,10 +217,7 @@ impl Store {
 
     /// The recorded changes after `from` and a live subscription that continues exactly
     /// where they end. `Err(compacted)` when `from` is older than the history.
-    pub fn watch_from(
-        &self,
-        from: u64,
-    ) -> Result<(Vec<Arc<Change>>, broadcast::Receiver<Arc<Change>>), u64> {
+    pub fn watch_from(&self, from: u64) -> Result<Replay, u64> {
         let state = self.lock();
         if from < state.compacted {
             return Err(state.compacted);

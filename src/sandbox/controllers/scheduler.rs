@@ -172,7 +172,7 @@ impl Scheduler {
             Volumes::Wait(None) => return,
             Volumes::Wait(Some(why)) => {
                 if self.reported.insert(uid_of(pod).to_owned()) {
-                    record_event(api, pod, "Warning", "FailedScheduling", &why, COMPONENT);
+                    record_event(api, pod, "Warning", "FailedScheduling", why, COMPONENT);
                 }
                 return;
             }
