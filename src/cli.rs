@@ -16,6 +16,15 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the provisioning controller against the cluster (KUBECONFIG or in-cluster).
+    ///
+    /// Watches pending claims of the classes whose StorageClass names this provisioner and
+    /// whose ConfigMap is in one of the --config-namespace namespaces, and provisions them with
+    /// Jobs in those namespaces.
+    Run(RunArgs),
+    /// Helpers for provisioner images.
+    #[command(subcommand)]
+    Volume(VolumeCommand),
     /// Print the Job (and the PV template) that a claim would produce, without a cluster.
     ///
     /// Reads a provisioner ConfigMap, its StorageClass and a PersistentVolumeClaim from YAML
@@ -61,6 +70,50 @@ pub struct SandboxArgs {
     /// Delay before the Job controller replaces a failed pod (doubles each time), in seconds.
     #[arg(long, default_value_t = 10)]
     pub pod_backoff_seconds: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Namespace holding provisioner ConfigMaps; Jobs run there (repeatable).
+    #[arg(
+        long = "config-namespace",
+        value_name = "NS",
+        env = "FLEX_CONFIG_NAMESPACE",
+        value_delimiter = ',',
+        required = true
+    )]
+    pub config_namespaces: Vec<String>,
+    /// Seconds a finished Job is kept so its logs can be read.
+    #[arg(long, default_value_t = crate::job::DEFAULT_JOB_TTL_SECONDS)]
+    pub job_ttl: i32,
+    /// Seconds before the second attempt after a failed one; doubles up to 10 minutes.
+    #[arg(long, default_value_t = 10)]
+    pub retry_base_seconds: u64,
+    /// Name reported in events (the pod name in a cluster).
+    #[arg(long, env = "POD_NAME", default_value = "flex-provisioner")]
+    pub instance: String,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum VolumeCommand {
+    /// Create the PersistentVolume for the current claim from PV_TEMPLATE plus a volume source.
+    ///
+    /// Exits 0 when the PV was created or already exists for this claim, 2 when it can never
+    /// work as given (bad JSON, a PV of another claim), 1 on transient API errors. The reason
+    /// is also written to $TERMINATION_LOG.
+    Create(VolumeCreateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct VolumeCreateArgs {
+    /// The volume source as JSON, e.g. '{"nfs":{"server":"10.0.0.1","path":"/exports/a"}}'.
+    #[arg(long, value_name = "JSON")]
+    pub source: String,
+    /// The PV template (default: the PV_TEMPLATE environment variable).
+    #[arg(long, env = "PV_TEMPLATE", value_name = "JSON", hide_env_values = true)]
+    pub template: String,
 }
 
 #[derive(Debug, Args)]

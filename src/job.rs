@@ -410,3 +410,80 @@ fn build(input: JobInput<'_>) -> Job {
         status: None,
     }
 }
+
+/// How a Job (and its pods) stand, as the planner needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum JobOutcome {
+    Running,
+    Succeeded,
+    Failed {
+        /// The pod failure policy failed it (a permanent exit code): no retry as it stands.
+        permanent: bool,
+        /// What users read: the failed pod's message, or the Job's condition message.
+        message: String,
+        /// When it failed (the Failed condition's transition time).
+        at: Option<jiff::Timestamp>,
+    },
+}
+
+/// The message a failed pod left: its termination message, trimmed, with the exit code.
+pub fn pod_failure(pod: &k8s_openapi::api::core::v1::Pod) -> Option<(i32, String)> {
+    let status = pod.status.as_ref()?;
+    if status.phase.as_deref() != Some("Failed") {
+        return None;
+    }
+    let term = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .find(|c| c.name == CONTAINER_NAME)
+        .and_then(|c| c.state.as_ref()?.terminated.clone());
+    Some(match term {
+        Some(t) => (t.exit_code, t.message.unwrap_or_default().trim().to_owned()),
+        None => (-1, status.message.clone().unwrap_or_default()),
+    })
+}
+
+pub fn outcome(job: &Job, pods: &[&k8s_openapi::api::core::v1::Pod]) -> JobOutcome {
+    let conditions = job
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let is_true = |t: &str| {
+        conditions
+            .iter()
+            .find(|c| c.type_ == t && c.status == "True")
+    };
+    if is_true("Complete").is_some() {
+        return JobOutcome::Succeeded;
+    }
+    let Some(failed) = is_true("Failed") else {
+        return JobOutcome::Running;
+    };
+    let latest_pod_message = pods
+        .iter()
+        .filter_map(|p| pod_failure(p).map(|f| (p.metadata.creation_timestamp.clone(), f)))
+        .max_by(|a, b| a.0.cmp(&b.0))
+        .map(|(_, (code, msg))| {
+            if msg.is_empty() {
+                format!("exit code {code}")
+            } else {
+                format!("exit code {code}: {msg}")
+            }
+        });
+    let reason = failed.reason.clone().unwrap_or_default();
+    let condition_message = failed.message.clone().unwrap_or_default();
+    let message = match (reason.as_str(), latest_pod_message) {
+        ("DeadlineExceeded", _) => {
+            format!("the provisioner ran longer than its timeout ({condition_message})")
+        }
+        (_, Some(m)) => m,
+        (_, None) => condition_message,
+    };
+    JobOutcome::Failed {
+        permanent: reason == "PodFailurePolicy",
+        message,
+        at: failed.last_transition_time.as_ref().map(|t| t.0),
+    }
+}

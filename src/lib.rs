@@ -5,14 +5,17 @@
 pub mod claim;
 pub mod cli;
 pub mod config;
+pub mod controller;
 pub mod job;
 pub mod names;
 pub mod offline;
+pub mod plan;
 pub mod quantity;
 pub mod rendered;
 pub mod sandbox;
 pub mod template;
 pub mod volume;
+pub mod volume_create;
 
 /// Errors of the library. `category()` gives a bounded label for metrics and logs.
 #[derive(Debug, thiserror::Error)]

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Parser;
-use flex_provisioner::cli::{Cli, Command};
+use flex_provisioner::cli::{Cli, Command, VolumeCommand};
 use flex_provisioner::offline::{RenderInput, check_files, render_files};
 
 fn main() -> ExitCode {
@@ -27,6 +27,31 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Run(args) => {
+            let runtime =
+                tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+            runtime.block_on(async {
+                let client = kube::Client::try_default()
+                    .await
+                    .context("cannot reach the Kubernetes API (set KUBECONFIG, or run in a pod)")?;
+                let opts = flex_provisioner::controller::Options {
+                    provisioner_name: args.common.provisioner_name,
+                    config_namespaces: args.config_namespaces,
+                    job_ttl_seconds: args.job_ttl,
+                    retry_base: std::time::Duration::from_secs(args.retry_base_seconds),
+                    instance: args.instance,
+                };
+                flex_provisioner::controller::run(client, opts)
+                    .await
+                    .context("the controller stopped")
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Volume(VolumeCommand::Create(args)) => {
+            let runtime =
+                tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+            Ok(runtime.block_on(volume_create(args)))
+        }
         Command::Render(args) => {
             let out = render_files(&RenderInput {
                 config: args.config,
@@ -61,6 +86,38 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             } else {
                 ExitCode::SUCCESS
             })
+        }
+    }
+}
+
+/// Exit codes follow the image contract: 0 done, 2 permanent, 1 transient.
+async fn volume_create(args: flex_provisioner::cli::VolumeCreateArgs) -> ExitCode {
+    use flex_provisioner::volume_create::{VolumeCreateError, build, create};
+    let result = async {
+        let pv = build(&args.template, &args.source)?;
+        let client = kube::Client::try_default()
+            .await
+            .map_err(VolumeCreateError::Api)?;
+        let name = pv.metadata.name.clone().unwrap_or_default();
+        create(client, &pv).await.map(|created| (name, created))
+    }
+    .await;
+    match result {
+        Ok((name, true)) => {
+            println!("persistentvolume/{name} created");
+            ExitCode::SUCCESS
+        }
+        Ok((name, false)) => {
+            println!("persistentvolume/{name} already exists for this claim");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            let message = format!("volume create: {e}");
+            eprintln!("{message}");
+            if let Ok(path) = std::env::var("TERMINATION_LOG") {
+                let _ = std::fs::write(path, &message);
+            }
+            ExitCode::from(if e.permanent() { 2 } else { 1 })
         }
     }
 }

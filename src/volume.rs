@@ -116,3 +116,102 @@ pub fn pv_template(
         status: None,
     }
 }
+
+/// What the controller makes of the PV a provisioning pod created.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PvCheck {
+    /// Right for the claim; `patch` adds bookkeeping a hand-written script left out.
+    Good { patch: Option<serde_json::Value> },
+    /// Not a volume for this claim; the attempt failed for this reason.
+    Wrong(String),
+}
+
+/// Checks a PV against its claim and what the template asked for (DESIGN §6).
+pub fn verify(pv: &PersistentVolume, claim: &ClaimRequest, template: &PersistentVolume) -> PvCheck {
+    let spec = pv.spec.clone().unwrap_or_default();
+    let claim_ref = spec.claim_ref.clone().unwrap_or_default();
+    if claim_ref.uid.as_deref() != Some(claim.uid.as_str())
+        || claim_ref.name.as_deref() != Some(claim.name.as_str())
+        || claim_ref.namespace.as_deref() != Some(claim.namespace.as_str())
+    {
+        return PvCheck::Wrong(format!(
+            "its claimRef names {}/{} (uid {}), not this claim",
+            claim_ref.namespace.unwrap_or_default(),
+            claim_ref.name.unwrap_or_default(),
+            claim_ref.uid.unwrap_or_default()
+        ));
+    }
+    let want = template.spec.clone().unwrap_or_default();
+    if spec.storage_class_name != want.storage_class_name {
+        return PvCheck::Wrong(format!(
+            "its storageClassName is {:?}, not {:?}",
+            spec.storage_class_name.unwrap_or_default(),
+            want.storage_class_name.unwrap_or_default()
+        ));
+    }
+    let capacity = spec
+        .capacity
+        .as_ref()
+        .and_then(|c| c.get("storage"))
+        .map(|q| q.0.clone())
+        .unwrap_or_default();
+    match crate::quantity::parse_bytes(&capacity) {
+        Ok(b) if b >= claim.bytes => {}
+        _ => {
+            return PvCheck::Wrong(format!(
+                "its capacity {capacity:?} is less than the {} requested",
+                claim.requested
+            ));
+        }
+    }
+    let modes = spec.access_modes.clone().unwrap_or_default();
+    if let Some(missing) = claim.access_modes.iter().find(|m| !modes.contains(m)) {
+        return PvCheck::Wrong(format!("it lacks the requested access mode {missing}"));
+    }
+    if spec.volume_mode.as_deref().unwrap_or("Filesystem") != claim.volume_mode {
+        return PvCheck::Wrong(format!(
+            "its volumeMode is {}, not {}",
+            spec.volume_mode.unwrap_or_else(|| "Filesystem".into()),
+            claim.volume_mode
+        ));
+    }
+    PvCheck::Good {
+        patch: bookkeeping_patch(pv, template),
+    }
+}
+
+/// A merge patch adding our annotations, labels and finalizer where the PV lacks them.
+fn bookkeeping_patch(
+    pv: &PersistentVolume,
+    template: &PersistentVolume,
+) -> Option<serde_json::Value> {
+    let have_ann = pv.metadata.annotations.clone().unwrap_or_default();
+    let have_labels = pv.metadata.labels.clone().unwrap_or_default();
+    let missing = |want: &Option<BTreeMap<String, String>>, have: &BTreeMap<String, String>| {
+        want.iter()
+            .flatten()
+            .filter(|(k, _)| !have.contains_key(*k))
+            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+            .collect::<serde_json::Map<_, _>>()
+    };
+    let annotations = missing(&template.metadata.annotations, &have_ann);
+    let labels = missing(&template.metadata.labels, &have_labels);
+    let mut finalizers = pv.metadata.finalizers.clone().unwrap_or_default();
+    let add_finalizer = !finalizers.iter().any(|f| f == FINALIZER_DEPROVISION)
+        && pv.metadata.deletion_timestamp.is_none();
+    if annotations.is_empty() && labels.is_empty() && !add_finalizer {
+        return None;
+    }
+    let mut meta = serde_json::Map::new();
+    if !annotations.is_empty() {
+        meta.insert("annotations".into(), annotations.into());
+    }
+    if !labels.is_empty() {
+        meta.insert("labels".into(), labels.into());
+    }
+    if add_finalizer {
+        finalizers.push(FINALIZER_DEPROVISION.to_owned());
+        meta.insert("finalizers".into(), serde_json::json!(finalizers));
+    }
+    Some(serde_json::json!({ "metadata": meta }))
+}

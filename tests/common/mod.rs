@@ -260,4 +260,5 @@ pub fn assert_pv_valid(pv: &PersistentVolume) {
     assert!(!spec.access_modes.as_ref().unwrap().is_empty());
 }
 
+pub mod provisioning;
 pub mod sandbox;

@@ -1,0 +1,90 @@
+//! What every reconcile shares: the client, the stores, the event recorder, and what has
+//! already been said (so a notice is published once).
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, PersistentVolume, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::Client;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::Store;
+
+use super::Options;
+use super::configs::Configs;
+use crate::plan::Notice;
+
+pub struct Context {
+    pub client: Client,
+    pub opts: Options,
+    pub classes: Store<StorageClass>,
+    pub volumes: Store<PersistentVolume>,
+    pub config_maps: Vec<Store<ConfigMap>>,
+    pub jobs: Vec<Store<Job>>,
+    pub pods: Vec<Store<Pod>>,
+    pub configs: Configs,
+    recorder: Recorder,
+    said: Mutex<HashSet<String>>,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        opts: Options,
+        classes: Store<StorageClass>,
+        volumes: Store<PersistentVolume>,
+        config_maps: Vec<Store<ConfigMap>>,
+        jobs: Vec<Store<Job>>,
+        pods: Vec<Store<Pod>>,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: "flex-provisioner".into(),
+            instance: Some(opts.instance.clone()),
+        };
+        Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            opts,
+            classes,
+            volumes,
+            config_maps,
+            jobs,
+            pods,
+            configs: Configs::default(),
+            said: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Publishes an event now.
+    pub async fn event(&self, on: &ObjectReference, warning: bool, reason: &str, message: &str) {
+        let ev = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.into(),
+            note: Some(message.chars().take(1000).collect()),
+            action: "Provision".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, on).await {
+            tracing::warn!(error = %e, reason, "cannot publish an event");
+        }
+    }
+
+    /// Publishes each notice the first time it is seen.
+    pub async fn tell(&self, on: &ObjectReference, notices: &[Notice]) {
+        for n in notices {
+            let fresh = self
+                .said
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(n.key.clone());
+            if fresh {
+                self.event(on, n.warning, n.reason, &n.message).await;
+            }
+        }
+    }
+}

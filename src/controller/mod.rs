@@ -1,0 +1,199 @@
+//! The provisioning controller's wiring (kube-runtime): reflector stores for classes,
+//! provisioner ConfigMaps, our Jobs and their pods, and PVs; a claim controller triggered
+//! by changes to any of them. Decisions are made in `plan`; this module fetches and applies.
+
+mod configs;
+mod context;
+mod reconcile;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{Api, ListParams};
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource};
+
+pub use context::Context;
+
+use crate::names::{
+    ANN_CLAIM, CONFIG_TYPE_VALUE, LABEL_CONFIG_CLASS, LABEL_CONFIG_TYPE, LABEL_MANAGED_BY,
+    MANAGED_BY_VALUE,
+};
+
+/// How the controller runs (the `run` command's flags).
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub provisioner_name: String,
+    /// Namespaces whose provisioner ConfigMaps are read; Jobs run there too.
+    pub config_namespaces: Vec<String>,
+    pub job_ttl_seconds: i32,
+    /// Delay before the second attempt; doubles per attempt up to 10 minutes.
+    pub retry_base: Duration,
+    /// Who reports events (the pod name in a cluster).
+    pub instance: String,
+}
+
+/// Fails fast, with the permission or object that is missing, before anything starts.
+async fn preflight(client: &Client, opts: &Options) -> crate::Result<()> {
+    let one = ListParams::default().limit(1);
+    Api::<PersistentVolumeClaim>::all(client.clone())
+        .list(&one)
+        .await?;
+    Api::<PersistentVolume>::all(client.clone())
+        .list(&one)
+        .await?;
+    Api::<StorageClass>::all(client.clone()).list(&one).await?;
+    for ns in &opts.config_namespaces {
+        Api::<ConfigMap>::namespaced(client.clone(), ns)
+            .list(&one)
+            .await?;
+        Api::<Job>::namespaced(client.clone(), ns)
+            .list(&one)
+            .await?;
+    }
+    Ok(())
+}
+
+fn claim_ref_of(
+    annotations: Option<&std::collections::BTreeMap<String, String>>,
+) -> Option<ObjectRef<PersistentVolumeClaim>> {
+    let (ns, name) = annotations?.get(ANN_CLAIM)?.split_once('/')?;
+    Some(ObjectRef::new(name).within(ns))
+}
+
+fn claims_of_class(
+    claims: &Store<PersistentVolumeClaim>,
+    class: &str,
+) -> Vec<ObjectRef<PersistentVolumeClaim>> {
+    claims
+        .state()
+        .iter()
+        .filter(|c| {
+            c.spec
+                .as_ref()
+                .and_then(|s| s.storage_class_name.as_deref())
+                == Some(class)
+        })
+        .map(|c| ObjectRef::from_obj(c.as_ref()))
+        .collect()
+}
+
+/// A store kept current by a watch, and the stream of objects it saw change (which must be
+/// polled: the controller does, as a trigger).
+fn reflect<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+) -> (
+    Store<K>,
+    impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let (store, writer) = reflector::store();
+    let stream =
+        reflector::reflector(writer, watcher(api, cfg).default_backoff()).touched_objects();
+    (store, stream)
+}
+
+/// Runs until the process is stopped.
+pub async fn run(client: Client, opts: Options) -> crate::Result<()> {
+    preflight(&client, &opts).await?;
+    let ours = format!("{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}");
+    let cfg_selector = format!("{LABEL_CONFIG_TYPE}={CONFIG_TYPE_VALUE}");
+    let (classes, classes_stream) = reflect(
+        Api::<StorageClass>::all(client.clone()),
+        watcher::Config::default(),
+    );
+    let (volumes, volumes_stream) = reflect(
+        Api::<PersistentVolume>::all(client.clone()),
+        watcher::Config::default(),
+    );
+
+    let mut config_maps = Vec::new();
+    let mut jobs = Vec::new();
+    let mut pods = Vec::new();
+    let mut cm_streams = Vec::new();
+    let mut job_streams = Vec::new();
+    let mut pod_streams = Vec::new();
+    for ns in &opts.config_namespaces {
+        let (s, stream) = reflect(
+            Api::<ConfigMap>::namespaced(client.clone(), ns),
+            watcher::Config::default().labels(&cfg_selector),
+        );
+        config_maps.push(s);
+        cm_streams.push(stream.boxed());
+        let (s, stream) = reflect(
+            Api::<Job>::namespaced(client.clone(), ns),
+            watcher::Config::default().labels(&ours),
+        );
+        jobs.push(s);
+        job_streams.push(stream.boxed());
+        let (s, stream) = reflect(
+            Api::<Pod>::namespaced(client.clone(), ns),
+            watcher::Config::default().labels(&ours),
+        );
+        pods.push(s);
+        pod_streams.push(stream.boxed());
+    }
+
+    let controller = Controller::new(
+        Api::<PersistentVolumeClaim>::all(client.clone()),
+        watcher::Config::default(),
+    );
+    let claims = controller.store();
+    let ctx = Arc::new(Context::new(
+        client,
+        opts,
+        classes.clone(),
+        volumes.clone(),
+        config_maps,
+        jobs,
+        pods,
+    ));
+
+    let by_class = claims.clone();
+    let by_config = claims.clone();
+    controller
+        .watches_stream(futures::stream::select_all(job_streams), |job: Job| {
+            claim_ref_of(job.meta().annotations.as_ref())
+        })
+        .watches_stream(futures::stream::select_all(pod_streams), |pod: Pod| {
+            claim_ref_of(pod.meta().annotations.as_ref())
+        })
+        .watches_stream(volumes_stream, |pv: PersistentVolume| {
+            let r = pv.spec?.claim_ref?;
+            Some(ObjectRef::new(r.name.as_deref()?).within(r.namespace.as_deref()?))
+        })
+        .watches_stream(classes_stream, move |sc: StorageClass| {
+            claims_of_class(&by_class, sc.meta().name.as_deref().unwrap_or_default())
+        })
+        .watches_stream(
+            futures::stream::select_all(cm_streams),
+            move |cm: ConfigMap| {
+                let class = cm
+                    .meta()
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(LABEL_CONFIG_CLASS))
+                    .cloned()
+                    .unwrap_or_default();
+                claims_of_class(&by_config, &class)
+            },
+        )
+        .run(reconcile::reconcile, reconcile::error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "reconcile failed; it is retried");
+            }
+        })
+        .await;
+    Ok(())
+}

@@ -1,0 +1,259 @@
+//! One claim: gather what the planner needs from the stores, plan, carry out the step.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{
+    Event as CoreEvent, Node, PersistentVolume, PersistentVolumeClaim, Pod,
+};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::configs::Resolved;
+use super::context::Context;
+use crate::claim::{ClaimRequest, NodeInfo};
+use crate::job::{JobOutcome, ProvisionContext, outcome, provision_job};
+use crate::names::{ANN_SELECTED_NODE, ANN_STORAGE_CLASS, LABEL_ACTION, LABEL_CLAIM_UID, pv_name};
+use crate::plan::claim::{
+    ANN_ATTEMPT, ANN_GAVE_UP, ANN_INPUTS, ClaimInputs, ConfigState, Step, inputs_hash, plan_claim,
+};
+use crate::plan::{Notice, reasons};
+
+const RUNNING_RECHECK: Duration = Duration::from_secs(30);
+
+fn is_provision(job: &Job) -> bool {
+    job.labels().get(LABEL_ACTION).map(String::as_str) == Some("provision")
+}
+
+pub async fn reconcile(
+    claim: Arc<PersistentVolumeClaim>,
+    ctx: Arc<Context>,
+) -> crate::Result<Action> {
+    let opts = &ctx.opts;
+    let uid = claim.uid().unwrap_or_default();
+    let class = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.clone())
+        .unwrap_or_default();
+    let (resolved, report) = ctx.configs.resolve(
+        &class,
+        &opts.provisioner_name,
+        &ctx.classes,
+        &ctx.config_maps,
+        &opts.config_namespaces,
+    );
+    if let Some(r) = report {
+        let on = r.config_map.object_ref(&());
+        for p in &r.problems {
+            ctx.event(&on, p.is_error(), reasons::CONFIG_INVALID, &p.to_string())
+                .await;
+        }
+    }
+    let jobs: Vec<Arc<Job>> = ctx
+        .jobs
+        .iter()
+        .flat_map(|s| s.state())
+        .filter(|j| is_provision(j) && j.labels().get(LABEL_CLAIM_UID) == Some(&uid))
+        .collect();
+    let pods: Vec<Arc<Pod>> = ctx
+        .pods
+        .iter()
+        .flat_map(|s| s.state())
+        .filter(|p| p.labels().get(LABEL_CLAIM_UID) == Some(&uid))
+        .collect();
+    let pv = ctx.volumes.get(&ObjectRef::new(&pv_name(&uid)));
+    let selected = claim.annotations().get(ANN_SELECTED_NODE).cloned();
+    let node = match selected {
+        Some(name) => Api::<Node>::all(ctx.client.clone())
+            .get_opt(&name)
+            .await?
+            .map(|n| NodeInfo::from_node(&n)),
+        None => None,
+    };
+    let active_jobs_of_class = ctx
+        .jobs
+        .iter()
+        .flat_map(|s| s.state())
+        .filter(|j| is_provision(j) && j.annotations().get(ANN_STORAGE_CLASS) == Some(&class))
+        .filter(|j| outcome(j, &[]) == JobOutcome::Running)
+        .count();
+    let hash = match (&resolved, ClaimRequest::from_claim(&claim)) {
+        (Resolved::Ready(c) | Resolved::Stale(c, _), Ok(req)) => inputs_hash(c, &req),
+        _ => String::new(),
+    };
+    let config = match &resolved {
+        Resolved::Ready(c) => ConfigState::Ready(c),
+        Resolved::Stale(c, p) => ConfigState::Stale {
+            config: c,
+            problem: p,
+        },
+        Resolved::Unusable(p) => ConfigState::Unusable(p),
+    };
+    let plan = plan_claim(&ClaimInputs {
+        claim: &claim,
+        provisioner_name: &opts.provisioner_name,
+        config,
+        jobs: jobs.iter().map(AsRef::as_ref).collect(),
+        pods: pods.iter().map(AsRef::as_ref).collect(),
+        pv: pv.as_deref(),
+        node: node.as_ref(),
+        active_jobs_of_class,
+        inputs_hash: &hash,
+        retry_base: opts.retry_base,
+        now: jiff::Timestamp::now(),
+    });
+    let on = claim.object_ref(&());
+    ctx.tell(&on, &plan.notices).await;
+    let claims: Api<PersistentVolumeClaim> =
+        Api::namespaced(ctx.client.clone(), &claim.namespace().unwrap_or_default());
+    let claim_name = claim.name_any();
+    Ok(match plan.step {
+        Step::Ignore | Step::WaitForNode | Step::Blocked => Action::await_change(),
+        Step::Throttled => Action::requeue(Duration::from_secs(5)),
+        Step::Backoff { wait, .. } => Action::requeue(wait),
+        Step::Running { attempt } => {
+            starting_problems(&ctx, &on, &jobs, attempt).await;
+            Action::requeue(RUNNING_RECHECK)
+        }
+        Step::GiveUp => {
+            let patch = json!({"metadata": {"annotations": {ANN_GAVE_UP: hash}}});
+            claims
+                .patch(&claim_name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            Action::await_change()
+        }
+        Step::Provisioned { patch } => {
+            if let Some(patch) = patch {
+                let pvs: Api<PersistentVolume> = Api::all(ctx.client.clone());
+                pvs.patch(
+                    &pv_name(&uid),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await?;
+            }
+            Action::await_change()
+        }
+        Step::RemoveWrongPv => {
+            let pvs: Api<PersistentVolume> = Api::all(ctx.client.clone());
+            match pvs
+                .delete(&pv_name(&uid), &DeleteParams::background())
+                .await
+            {
+                Ok(_) | Err(kube::Error::Api(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+            Action::requeue(Duration::from_secs(1))
+        }
+        Step::Start {
+            attempt,
+            rendered,
+            template,
+        } => {
+            let (Resolved::Ready(config) | Resolved::Stale(config, _)) = &resolved else {
+                return Ok(Action::await_change());
+            };
+            let request = ClaimRequest::from_claim(&claim)?;
+            let mut job = provision_job(
+                ProvisionContext {
+                    config,
+                    claim: &request,
+                    node: node.as_ref(),
+                    rendered: &rendered,
+                    pv_template: &template,
+                    provisioner_name: &opts.provisioner_name,
+                },
+                attempt,
+                opts.job_ttl_seconds,
+            );
+            job.meta_mut()
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(ANN_INPUTS.into(), hash.clone());
+            let ns = job.namespace().unwrap_or_default();
+            let job_name = job.name_any();
+            let jobs_api: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
+            match jobs_api.create(&PostParams::default(), &job).await {
+                // Already created (by an earlier run of this controller): adopt it.
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+            let patch = json!({"metadata": {"annotations": {ANN_ATTEMPT: attempt.to_string()}}});
+            claims
+                .patch(&claim_name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            ctx.tell(
+                &on,
+                &[Notice::normal(
+                    format!("provisioning/{uid}/{attempt}"),
+                    reasons::PROVISIONING,
+                    format!("External provisioner is provisioning volume for claim \"{}/{claim_name}\" (attempt {attempt}, Job {ns}/{job_name})", claim.namespace().unwrap_or_default()),
+                )],
+            )
+            .await;
+            Action::requeue(RUNNING_RECHECK)
+        }
+    })
+}
+
+/// A Job whose pod could not even be created (a missing ServiceAccount, a quota) leaves no
+/// pod to look at; the Job controller's FailedCreate event says why.
+async fn starting_problems(
+    ctx: &Context,
+    on: &k8s_openapi::api::core::v1::ObjectReference,
+    jobs: &[Arc<Job>],
+    attempt: u32,
+) {
+    for job in jobs
+        .iter()
+        .filter(|j| outcome(j, &[]) == JobOutcome::Running)
+    {
+        let no_pods = job
+            .status
+            .as_ref()
+            .is_none_or(|s| s.active.unwrap_or(0) == 0 && s.failed.unwrap_or(0) == 0);
+        if !no_pods {
+            continue;
+        }
+        let events: Api<CoreEvent> =
+            Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
+        let lp = ListParams::default().fields(&format!(
+            "involvedObject.name={},reason=FailedCreate",
+            job.name_any()
+        ));
+        let Ok(list) = events.list(&lp).await else {
+            continue;
+        };
+        if let Some(ev) = list.items.last() {
+            let message = format!(
+                "attempt {attempt}: the Job {} cannot create its pod: {}",
+                job.name_any(),
+                ev.message.clone().unwrap_or_default()
+            );
+            ctx.tell(
+                on,
+                &[Notice::warning(
+                    format!("job-create/{}", job.uid().unwrap_or_default()),
+                    reasons::POD_NOT_STARTING,
+                    message,
+                )],
+            )
+            .await;
+        }
+    }
+}
+
+pub fn error_policy(
+    _claim: Arc<PersistentVolumeClaim>,
+    error: &crate::Error,
+    _ctx: Arc<Context>,
+) -> Action {
+    tracing::warn!(category = error.category(), error = %error, "reconcile failed");
+    Action::requeue(Duration::from_secs(5))
+}

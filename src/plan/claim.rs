@@ -1,0 +1,476 @@
+//! The next step for a claim: from the claim, its class configuration, its provisioning Jobs
+//! (and their pods) and its PV, decide whether to start an attempt, wait, verify, retry or
+//! give up, and what to tell the user.
+
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use serde_json::Value;
+
+use super::retry::delay_after;
+use super::{Notice, reasons};
+use crate::claim::{ClaimRequest, NodeInfo};
+use crate::config::ClassConfig;
+use crate::job::{JobOutcome, outcome, pod_failure};
+use crate::names::{
+    ANN_STORAGE_PROVISIONER, ANN_STORAGE_PROVISIONER_BETA, LABEL_ATTEMPT, fnv1a32, pv_name,
+};
+use crate::rendered::{Rendered, render_for_claim};
+use crate::volume::{PvCheck, pv_template, verify};
+
+/// Annotation on a provisioning Job: a hash of what the attempt was made from, so a
+/// permanent failure is retried only once the claim or the configuration changed.
+pub const ANN_INPUTS: &str = "flex-provisioner.io/inputs";
+/// Annotations on the claim: the last attempt started, and the inputs a permanent failure
+/// gave up on (both survive the Jobs' TTL).
+pub const ANN_ATTEMPT: &str = "flex-provisioner.io/attempt";
+pub const ANN_GAVE_UP: &str = "flex-provisioner.io/gave-up";
+
+/// The class configuration as the controller has it.
+#[derive(Debug, Clone, Copy)]
+pub enum ConfigState<'a> {
+    Ready(&'a ClassConfig),
+    /// The newest ConfigMap is invalid; the last valid configuration is still used.
+    Stale {
+        config: &'a ClassConfig,
+        problem: &'a str,
+    },
+    /// No usable configuration: no ConfigMap, or only invalid ones.
+    Unusable(&'a str),
+}
+
+pub struct ClaimInputs<'a> {
+    pub claim: &'a PersistentVolumeClaim,
+    pub provisioner_name: &'a str,
+    pub config: ConfigState<'a>,
+    /// The provisioning Jobs labelled with this claim's uid, and their pods.
+    pub jobs: Vec<&'a Job>,
+    pub pods: Vec<&'a Pod>,
+    /// The PV named `pvc-<claim uid>`, if it exists.
+    pub pv: Option<&'a PersistentVolume>,
+    pub node: Option<&'a NodeInfo>,
+    /// Provisioning Jobs of this class that are still running (for `max-concurrent`).
+    pub active_jobs_of_class: usize,
+    /// Hash of what an attempt would be made from now (see `inputs_hash`).
+    pub inputs_hash: &'a str,
+    pub retry_base: Duration,
+    pub now: jiff::Timestamp,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Not ours, or nothing to do (bound, being deleted, not pending).
+    Ignore,
+    /// WaitForFirstConsumer: no node selected yet.
+    WaitForNode,
+    /// Nothing can happen until the claim or the configuration changes.
+    Blocked,
+    /// Give up for good on these inputs (recorded on the claim).
+    GiveUp,
+    /// Create the Job for this attempt.
+    Start {
+        attempt: u32,
+        rendered: Box<Rendered>,
+        template: Box<PersistentVolume>,
+    },
+    /// The attempt's Job is running.
+    Running { attempt: u32 },
+    /// `max-concurrent` Jobs of the class are running.
+    Throttled,
+    /// The PV is right: add the bookkeeping it lacks, if any.
+    Provisioned { patch: Option<Value> },
+    /// The PV is wrong for this claim: remove it so the next attempt can create it.
+    RemoveWrongPv,
+    /// Wait before attempt `next_attempt`.
+    Backoff { next_attempt: u32, wait: Duration },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub step: Step,
+    pub notices: Vec<Notice>,
+}
+
+fn annotation<'a>(claim: &'a PersistentVolumeClaim, key: &str) -> Option<&'a str> {
+    claim
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+}
+
+fn attempt_of(job: &Job) -> u32 {
+    job.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_ATTEMPT))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1)
+}
+
+fn short_hash(s: &str) -> String {
+    format!("{:08x}", fnv1a32(s.as_bytes()))
+}
+
+/// A stable hash of everything an attempt is made from: the configuration and the claim.
+pub fn inputs_hash(config: &ClassConfig, claim: &ClaimRequest) -> String {
+    let text = format!(
+        "{config:?}|{}|{:?}|{:?}|{:?}",
+        claim.requested, claim.access_modes, claim.labels, claim.annotations
+    );
+    short_hash(&text)
+}
+
+fn is_ours(claim: &PersistentVolumeClaim, provisioner: &str) -> bool {
+    annotation(claim, ANN_STORAGE_PROVISIONER)
+        .or_else(|| annotation(claim, ANN_STORAGE_PROVISIONER_BETA))
+        == Some(provisioner)
+}
+
+/// How far the claim is: still to provision, already bound to the volume we make for it
+/// (bookkeeping and the success notice may be due), or not ours to touch.
+#[derive(PartialEq)]
+enum Stage {
+    Pending,
+    BoundToOurs,
+    Other,
+}
+
+fn stage(claim: &PersistentVolumeClaim) -> Stage {
+    if claim.metadata.deletion_timestamp.is_some() {
+        return Stage::Other;
+    }
+    let phase = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("Pending");
+    let volume = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_deref())
+        .unwrap_or_default();
+    let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+    match (phase, volume) {
+        ("Pending", "") => Stage::Pending,
+        (_, v) if !uid.is_empty() && v == pv_name(uid) => Stage::BoundToOurs,
+        _ => Stage::Other,
+    }
+}
+
+/// A success is announced when the claim is still pending, or when the attempt finished
+/// recently (so a restarted controller does not announce every old volume again).
+const ANNOUNCE_WITHIN: Duration = Duration::from_secs(600);
+
+fn plan(step: Step, notices: Vec<Notice>) -> Plan {
+    Plan { step, notices }
+}
+
+/// Notices about the pods of attempt `attempt`: each failure as it happens (also while the
+/// Job has retries left) and pods that cannot start.
+fn pod_notices(attempt: u32, pods: &[&Pod]) -> Vec<Notice> {
+    let mut out = Vec::new();
+    for pod in pods {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if let Some((code, message)) = pod_failure(pod) {
+            let text = if message.is_empty() {
+                String::new()
+            } else {
+                format!(": {message}")
+            };
+            out.push(Notice::warning(
+                format!("pod-failed/{uid}"),
+                reasons::FAILED,
+                format!(
+                    "attempt {attempt}: provisioner pod {name} failed with exit code {code}{text}"
+                ),
+            ));
+            continue;
+        }
+        let status = pod.status.clone().unwrap_or_default();
+        for cs in status.container_statuses.iter().flatten() {
+            let Some(w) = cs.state.as_ref().and_then(|s| s.waiting.clone()) else {
+                continue;
+            };
+            let reason = w.reason.unwrap_or_default();
+            if matches!(
+                reason.as_str(),
+                "ErrImagePull"
+                    | "ImagePullBackOff"
+                    | "InvalidImageName"
+                    | "CreateContainerConfigError"
+                    | "CreateContainerError"
+            ) {
+                let key_reason = if reason == "ImagePullBackOff" {
+                    "ErrImagePull"
+                } else {
+                    reason.as_str()
+                };
+                out.push(Notice::warning(
+                    format!("pod-start/{uid}/{key_reason}"),
+                    reasons::POD_NOT_STARTING,
+                    format!(
+                        "attempt {attempt}: provisioner pod {name} cannot start: {reason}: {}",
+                        w.message.unwrap_or_default()
+                    ),
+                ));
+            }
+        }
+        for c in status.conditions.iter().flatten() {
+            if c.type_ == "PodScheduled"
+                && c.status == "False"
+                && c.reason.as_deref() == Some("Unschedulable")
+            {
+                out.push(Notice::warning(
+                    format!("pod-start/{uid}/Unschedulable"),
+                    reasons::POD_NOT_STARTING,
+                    format!(
+                        "attempt {attempt}: provisioner pod {name} cannot be scheduled: {}",
+                        c.message.clone().unwrap_or_default()
+                    ),
+                ));
+            }
+        }
+    }
+    out
+}
+
+pub fn plan_claim(i: &ClaimInputs<'_>) -> Plan {
+    let stage = stage(i.claim);
+    if stage == Stage::Other || !is_ours(i.claim, i.provisioner_name) {
+        return plan(Step::Ignore, vec![]);
+    }
+    // Past provisioning, problems are no longer the user's to fix: stay quiet.
+    let quiet = |p: Plan| {
+        if stage == Stage::Pending {
+            p
+        } else {
+            plan(Step::Ignore, vec![])
+        }
+    };
+    let request = match ClaimRequest::from_claim(i.claim) {
+        Ok(r) => r,
+        Err(_) if stage != Stage::Pending => return plan(Step::Ignore, vec![]),
+        Err(e) => {
+            let message = format!("cannot provision this claim: {e}");
+            return plan(
+                Step::Blocked,
+                vec![Notice::warning(
+                    format!("claim/{}", short_hash(&message)),
+                    reasons::FAILED,
+                    message,
+                )],
+            );
+        }
+    };
+    let mut notices = Vec::new();
+    let config = match i.config {
+        ConfigState::Ready(c) => c,
+        ConfigState::Stale { config, problem } => {
+            let message = format!(
+                "{problem}; new attempts use the last valid configuration until it is fixed"
+            );
+            notices.push(Notice::warning(
+                format!("config/{}", short_hash(&message)),
+                reasons::CONFIG_INVALID,
+                message,
+            ));
+            config
+        }
+        ConfigState::Unusable(problem) => {
+            notices.push(Notice::warning(
+                format!("config/{}", short_hash(problem)),
+                reasons::CONFIG_INVALID,
+                problem.to_owned(),
+            ));
+            return quiet(plan(Step::Blocked, notices));
+        }
+    };
+    if config.class.waits_for_consumer() && request.selected_node.is_none() {
+        return plan(Step::WaitForNode, notices);
+    }
+    let rendered = match render_for_claim(config, &request, i.node, i.provisioner_name) {
+        Ok(r) => r,
+        Err(e) => {
+            let message = format!("cannot provision this claim: {e}");
+            notices.push(Notice::warning(
+                format!("render/{}", short_hash(&message)),
+                reasons::FAILED,
+                message,
+            ));
+            return quiet(plan(Step::Blocked, notices));
+        }
+    };
+    let template = pv_template(config, &request, i.node, &rendered, i.provisioner_name);
+    let latest = i.jobs.iter().copied().max_by_key(|j| attempt_of(j));
+    let recorded = annotation(i.claim, ANN_ATTEMPT)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(0);
+    let attempt = latest.map(attempt_of).unwrap_or(0).max(recorded);
+    let latest_outcome = latest.map(|j| {
+        let uid = j.metadata.uid.clone().unwrap_or_default();
+        let pods: Vec<&Pod> = i
+            .pods
+            .iter()
+            .copied()
+            .filter(|p| {
+                p.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|r| r.uid == uid)
+            })
+            .collect();
+        notices.extend(pod_notices(attempt_of(j), &pods));
+        outcome(j, &pods)
+    });
+    let throttled = config
+        .provisioner
+        .max_concurrent
+        .is_some_and(|max| i.active_jobs_of_class >= max as usize);
+    let start = |attempt: u32, notices: Vec<Notice>| {
+        if throttled {
+            return plan(Step::Throttled, notices);
+        }
+        plan(
+            Step::Start {
+                attempt,
+                rendered: Box::new(rendered.clone()),
+                template: Box::new(template.clone()),
+            },
+            notices,
+        )
+    };
+
+    if let Some(pv) = i.pv {
+        return match verify(pv, &request, &template) {
+            PvCheck::Good { patch } => {
+                let recent = latest
+                    .and_then(|j| j.status.as_ref()?.completion_time.as_ref())
+                    .is_some_and(|t| {
+                        let d = i.now.duration_since(t.0);
+                        !d.is_negative() && d.unsigned_abs() < ANNOUNCE_WITHIN
+                    });
+                if stage == Stage::Pending || recent {
+                    notices.push(Notice::normal(
+                        format!("succeeded/{}", request.uid),
+                        reasons::SUCCEEDED,
+                        format!("Successfully provisioned volume {}", pv_name(&request.uid)),
+                    ));
+                }
+                plan(Step::Provisioned { patch }, notices)
+            }
+            PvCheck::Wrong(_) if stage != Stage::Pending => plan(Step::Ignore, vec![]),
+            PvCheck::Wrong(_) if matches!(latest_outcome, Some(JobOutcome::Running)) => {
+                plan(Step::Running { attempt }, notices)
+            }
+            PvCheck::Wrong(why) => {
+                let pv_uid = pv.metadata.uid.clone().unwrap_or_default();
+                notices.push(Notice::warning(
+                    format!("wrong-pv/{pv_uid}"),
+                    reasons::FAILED,
+                    format!("attempt {attempt}: PersistentVolume {} was created, but {why}; it is removed and provisioning retried", pv_name(&request.uid)),
+                ));
+                plan(Step::RemoveWrongPv, notices)
+            }
+        };
+    }
+
+    if stage != Stage::Pending {
+        return plan(Step::Ignore, vec![]);
+    }
+    let gave_up = annotation(i.claim, ANN_GAVE_UP) == Some(i.inputs_hash);
+    let Some(job) = latest else {
+        if gave_up {
+            return plan(Step::Blocked, notices);
+        }
+        return start(attempt + 1, notices);
+    };
+    let job_uid = job.metadata.uid.clone().unwrap_or_default();
+    let job_name = job.metadata.name.clone().unwrap_or_default();
+    let (permanent, message, at) = match latest_outcome.expect("computed for the latest job") {
+        JobOutcome::Running => return plan(Step::Running { attempt }, notices),
+        JobOutcome::Succeeded => {
+            let at = job
+                .status
+                .as_ref()
+                .and_then(|s| s.completion_time.as_ref())
+                .map(|t| t.0);
+            (
+                false,
+                format!(
+                    "the provisioner Job {job_name} succeeded but created no PersistentVolume {}",
+                    pv_name(&request.uid)
+                ),
+                at,
+            )
+        }
+        JobOutcome::Failed {
+            permanent,
+            message,
+            at,
+        } => (permanent, message, at),
+    };
+    let same_inputs = job
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANN_INPUTS))
+        .is_none_or(|h| h == i.inputs_hash);
+    let out_of_attempts = config
+        .provisioner
+        .max_attempts
+        .is_some_and(|max| attempt >= max);
+    if (permanent || out_of_attempts) && same_inputs {
+        let why = if permanent {
+            "the exit code is permanent, so it is not retried until the claim or the configuration changes"
+        } else {
+            "max-attempts is reached, so it is not retried until the claim or the configuration changes"
+        };
+        notices.push(Notice::warning(
+            format!("failed/{job_uid}"),
+            reasons::FAILED,
+            format!("attempt {attempt} failed: {message}; {why}"),
+        ));
+        return plan(if gave_up { Step::Blocked } else { Step::GiveUp }, notices);
+    }
+    if permanent || out_of_attempts {
+        // The claim or configuration changed since: a fresh try.
+        return start(attempt + 1, notices);
+    }
+    let wait = delay_after(attempt, i.retry_base);
+    // A failure time in the future (clock skew) counts as just now.
+    let elapsed = at.map_or(wait, |t| {
+        let d = i.now.duration_since(t);
+        if d.is_negative() {
+            Duration::ZERO
+        } else {
+            d.unsigned_abs()
+        }
+    });
+    notices.push(Notice::warning(
+        format!("failed/{job_uid}"),
+        reasons::FAILED,
+        format!(
+            "attempt {attempt} failed: {message}; attempt {} starts in {}s",
+            attempt + 1,
+            wait.as_secs()
+        ),
+    ));
+    if elapsed >= wait {
+        return start(attempt + 1, notices);
+    }
+    plan(
+        Step::Backoff {
+            next_attempt: attempt + 1,
+            wait: wait - elapsed,
+        },
+        notices,
+    )
+}
+
+#[cfg(test)]
+mod tests;

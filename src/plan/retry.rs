@@ -1,0 +1,38 @@
+//! The delay before a new provisioning attempt: capped exponential backoff (backon).
+
+use std::time::Duration;
+
+use backon::{BackoffBuilder, ExponentialBuilder};
+
+pub const FIRST_RETRY: Duration = Duration::from_secs(10);
+pub const MAX_RETRY: Duration = Duration::from_secs(600);
+
+/// How long to wait after attempt `attempt` (1-based) failed: 10 s, 20 s, 40 s ... 10 min.
+pub fn delay_after(attempt: u32, first: Duration) -> Duration {
+    ExponentialBuilder::default()
+        .with_min_delay(first)
+        .with_max_delay(MAX_RETRY)
+        .with_factor(2.0)
+        .without_max_times()
+        .build()
+        .nth(attempt.saturating_sub(1) as usize)
+        .unwrap_or(MAX_RETRY)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grows_and_caps() {
+        let d: Vec<u64> = (1..=8)
+            .map(|a| delay_after(a, FIRST_RETRY).as_secs())
+            .collect();
+        assert_eq!(d, [10, 20, 40, 80, 160, 320, 600, 600]);
+        assert_eq!(delay_after(1000, FIRST_RETRY), MAX_RETRY);
+        assert_eq!(
+            delay_after(2, Duration::from_millis(100)),
+            Duration::from_millis(200)
+        );
+    }
+}

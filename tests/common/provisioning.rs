@@ -1,0 +1,213 @@
+//! A sandbox with provisioner images and the controller running, for end-to-end tests.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use flex_provisioner::controller::{Options, run};
+use flex_provisioner::sandbox::{Sandbox, SandboxOptions, WriteCtx, resources};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
+use tokio::task::JoinHandle;
+
+use super::sandbox::eventually;
+
+pub const NS: &str = "flex-system";
+
+/// `volume create` with a hostPath source (what a real image would do after carving storage).
+fn make_pv(dir: &str) -> String {
+    format!(
+        "flex-provisioner volume create --source \"{{\\\"hostPath\\\":{{\\\"path\\\":\\\"/{dir}/$PV_NAME\\\"}}}}\""
+    )
+}
+
+/// Provisioner images for the tests: name -> script body.
+fn images() -> Vec<(&'static str, String)> {
+    vec![
+        ("make-pv", make_pv("volumes")),
+        ("slow", format!("sleep 2\n{}", make_pv("slow"))),
+        // The original proposal's flow: a plain script that writes the PV with kubectl.
+        (
+            "kubectl-pv",
+            "printf '%s' \"$PV_TEMPLATE\" | sed 's/\"spec\":{/\"spec\":{\"hostPath\":{\"path\":\"\\/volumes\\/kubectl\"},/' | kubectl create -f -".into(),
+        ),
+        (
+            "flaky",
+            format!(
+                "n=$(cat \"$SANDBOX_ROOT/flaky-$PVC_UID\" 2>/dev/null || echo 0)\necho $((n+1)) > \"$SANDBOX_ROOT/flaky-$PVC_UID\"\nif [ \"$n\" -lt 2 ]; then echo \"flaky: backend busy (try $n)\" > \"$TERMINATION_LOG\"; exit 1; fi\n{}",
+                make_pv("volumes")
+            ),
+        ),
+        ("perm", "echo \"perm: pool gold does not exist\" > \"$TERMINATION_LOG\"\nexit 2".into()),
+        ("no-pv", "exit 0".into()),
+        // First attempt: a PV for some other claim under our name; later attempts do it right.
+        (
+            "wrong-ref",
+            format!(
+                "if [ ! -e \"$SANDBOX_ROOT/wrong-$PVC_UID\" ]; then touch \"$SANDBOX_ROOT/wrong-$PVC_UID\"\nprintf '{{\"apiVersion\":\"v1\",\"kind\":\"PersistentVolume\",\"metadata\":{{\"name\":\"%s\"}},\"spec\":{{\"capacity\":{{\"storage\":\"1Gi\"}},\"accessModes\":[\"ReadWriteOnce\"],\"storageClassName\":\"%s\",\"hostPath\":{{\"path\":\"/x\"}},\"claimRef\":{{\"namespace\":\"other\",\"name\":\"other\",\"uid\":\"not-yours\"}}}}}}' \"$PV_NAME\" \"$STORAGE_CLASS\" | kubectl create -f -\nexit 0\nfi\n{}",
+                make_pv("volumes")
+            ),
+        ),
+    ]
+}
+
+fn write_images() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "flex-prov-images-{}-{}",
+        std::process::id(),
+        flex_provisioner::sandbox::ids::name_suffix()
+    ));
+    for (name, body) in images() {
+        let d = dir.join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        let p = d.join("entrypoint");
+        std::fs::write(&p, format!("#!/bin/sh\nset -eu\n{body}\n")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    dir
+}
+
+/// The directory holding the `flex-provisioner` binary, so pods can call `volume create`.
+fn binary_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_flex-provisioner"))
+        .parent()
+        .unwrap()
+        .to_owned()
+}
+
+pub async fn sandbox() -> Sandbox {
+    let sb = Sandbox::start(SandboxOptions {
+        images_dir: write_images(),
+        pod_backoff: Duration::from_millis(100),
+        nodes: vec!["node-a".into(), "node-b".into()],
+        extra_path: vec![binary_dir()],
+        ..Default::default()
+    })
+    .await
+    .expect("sandbox starts");
+    let ctx = WriteCtx::manager("test");
+    sb.api
+        .create(
+            resources::find("", "v1", "namespaces").unwrap(),
+            "",
+            json!({"metadata": {"name": NS}}),
+            &ctx,
+        )
+        .unwrap();
+    sb
+}
+
+pub fn options() -> Options {
+    Options {
+        provisioner_name: flex_provisioner::names::DEFAULT_PROVISIONER_NAME.into(),
+        config_namespaces: vec![NS.into()],
+        job_ttl_seconds: 3600,
+        retry_base: Duration::from_millis(300),
+        instance: "test".into(),
+    }
+}
+
+/// Starts the controller as a task (abort it to "kill" the controller).
+pub fn controller(sb: &Sandbox) -> JoinHandle<()> {
+    let client = sb.client().unwrap();
+    tokio::spawn(async move {
+        if let Err(e) = run(client, options()).await {
+            panic!("controller stopped: {e}");
+        }
+    })
+}
+
+/// A StorageClass of ours and its ConfigMap with `image` and extra keys.
+pub async fn class(sb: &Sandbox, name: &str, binding: &str, image: &str, extra: serde_json::Value) {
+    let client = sb.client().unwrap();
+    let sc = json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": name},
+        "provisioner": flex_provisioner::names::DEFAULT_PROVISIONER_NAME, "reclaimPolicy": "Delete", "volumeBindingMode": binding});
+    Api::<k8s_openapi::api::storage::v1::StorageClass>::all(client.clone())
+        .create(&PostParams::default(), &serde_json::from_value(sc).unwrap())
+        .await
+        .unwrap();
+    let mut data = json!({"image": image, "retries": "0"});
+    json_patch::merge(&mut data, &extra);
+    let cm = json!({"metadata": {"name": format!("{name}-config"),
+        "labels": {"type": "provisioner-config", "storage-class": name}}, "data": data});
+    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client, NS)
+        .create(&PostParams::default(), &serde_json::from_value(cm).unwrap())
+        .await
+        .unwrap();
+}
+
+pub fn claim_object(name: &str, class: &str) -> PersistentVolumeClaim {
+    serde_json::from_value(
+        json!({"metadata": {"name": name}, "spec": {"storageClassName": class,
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
+    )
+    .unwrap()
+}
+
+pub async fn claim(sb: &Sandbox, name: &str, class: &str) -> PersistentVolumeClaim {
+    Api::<PersistentVolumeClaim>::namespaced(sb.client().unwrap(), "default")
+        .create(&PostParams::default(), &claim_object(name, class))
+        .await
+        .unwrap()
+}
+
+pub async fn bound(sb: &Sandbox, name: &str, secs: u64) -> PersistentVolumeClaim {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(sb.client().unwrap(), "default");
+    eventually(secs, &format!("claim {name} to bind"), || async {
+        let c = claims.get(name).await.ok()?;
+        (c.status.as_ref()?.phase.as_deref() == Some("Bound")).then_some(c)
+    })
+    .await
+}
+
+pub async fn jobs(sb: &Sandbox) -> Vec<Job> {
+    Api::<Job>::namespaced(sb.client().unwrap(), NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+}
+
+pub async fn volumes(sb: &Sandbox) -> Vec<PersistentVolume> {
+    Api::<PersistentVolume>::all(sb.client().unwrap())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+}
+
+/// (reason, message) of the events on a claim.
+pub async fn claim_events(sb: &Sandbox, name: &str) -> Vec<(String, String)> {
+    Api::<Event>::namespaced(sb.client().unwrap(), "default")
+        .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+        .collect()
+}
+
+pub async fn wait_event(
+    sb: &Sandbox,
+    claim: &str,
+    reason: &str,
+    needle: &str,
+    secs: u64,
+) -> String {
+    eventually(
+        secs,
+        &format!("a {reason} event containing {needle:?} on {claim}"),
+        || async {
+            claim_events(sb, claim)
+                .await
+                .into_iter()
+                .find(|(r, m)| r == reason && m.contains(needle))
+                .map(|(_, m)| m)
+        },
+    )
+    .await
+}
