@@ -4,6 +4,8 @@
 mod common;
 
 use common::provisioning::*;
+use common::sandbox::eventually;
+use flex_provisioner::controller::Options;
 
 #[tokio::test]
 async fn an_immediate_claim_binds_with_one_job_and_one_pv() {
@@ -51,5 +53,327 @@ async fn an_immediate_claim_binds_with_one_job_and_one_pv() {
     assert!(
         reasons.contains(&"Provisioning") && reasons.contains(&"ProvisioningSucceeded"),
         "{events:?}"
+    );
+}
+
+#[tokio::test]
+async fn two_hundred_claims_at_once_bind_with_one_job_and_pv_each() {
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    class(&sb, "bulk", "Immediate", "make-pv", serde_json::json!({})).await;
+    let claims: kube::Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        kube::Api::namespaced(sb.client().unwrap(), "default");
+    let creates = (0..200).map(|i| {
+        let claims = claims.clone();
+        async move {
+            claims
+                .create(
+                    &Default::default(),
+                    &claim_object(&format!("c{i:03}"), "bulk"),
+                )
+                .await
+                .unwrap()
+        }
+    });
+    futures::future::join_all(creates).await;
+    eventually(240, "200 claims bound", || async {
+        let list = claims.list(&Default::default()).await.ok()?;
+        let bound = list
+            .items
+            .iter()
+            .filter(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
+            .count();
+        (bound == 200).then_some(())
+    })
+    .await;
+    let jobs = jobs(&sb).await;
+    assert_eq!(jobs.len(), 200, "exactly one Job per claim");
+    let mut claim_uids: Vec<String> = jobs
+        .iter()
+        .map(|j| j.metadata.labels.as_ref().unwrap()["flex-provisioner.io/claim-uid"].clone())
+        .collect();
+    claim_uids.sort();
+    claim_uids.dedup();
+    assert_eq!(claim_uids.len(), 200);
+    assert_eq!(volumes(&sb).await.len(), 200, "exactly one PV per claim");
+}
+
+#[tokio::test]
+async fn wait_for_first_consumer_node_local_runs_on_the_selected_node() {
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    class(
+        &sb,
+        "local",
+        "WaitForFirstConsumer",
+        "make-pv",
+        serde_json::json!({"node-local": "true", "node": "{{node.name}}"}),
+    )
+    .await;
+    claim(&sb, "data", "local").await;
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({"metadata": {"name": "app"},
+        "spec": {"nodeSelector": {"kubernetes.io/hostname": "node-b"}, "containers": [{"name": "c", "image": "make-pv"}],
+                 "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}}))
+    .unwrap();
+    kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(sb.client().unwrap(), "default")
+        .create(&Default::default(), &pod)
+        .await
+        .unwrap();
+    let c = bound(&sb, "data", 30).await;
+    let pv = volumes(&sb)
+        .await
+        .into_iter()
+        .find(|v| Some(v.metadata.name.clone().unwrap()) == c.spec.as_ref().unwrap().volume_name)
+        .unwrap();
+    let term = &pv
+        .spec
+        .unwrap()
+        .node_affinity
+        .unwrap()
+        .required
+        .unwrap()
+        .node_selector_terms[0];
+    assert_eq!(
+        term.match_expressions.as_ref().unwrap()[0].values,
+        Some(vec!["node-b".to_string()])
+    );
+    let pods: Vec<_> =
+        kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(sb.client().unwrap(), NS)
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items;
+    assert_eq!(pods.len(), 1);
+    assert_eq!(
+        pods[0].spec.as_ref().unwrap().node_name.as_deref(),
+        Some("node-b"),
+        "the Job ran on the selected node"
+    );
+    let env = pods[0].spec.as_ref().unwrap().containers[0]
+        .env
+        .clone()
+        .unwrap();
+    assert!(
+        env.iter()
+            .any(|e| e.name == "NODE" && e.value.as_deref() == Some("node-b"))
+    );
+}
+
+#[tokio::test]
+async fn transient_failures_are_retried_with_growing_delays_and_reported() {
+    let sb = sandbox().await;
+    // Delays long enough to see in one-second timestamps: 2 s, then 4 s.
+    let _c = controller_with(
+        &sb,
+        Options {
+            retry_base: std::time::Duration::from_secs(2),
+            ..options()
+        },
+    );
+    // The image counts its tries on the node's filesystem: keep every attempt on one node.
+    class(
+        &sb,
+        "shaky",
+        "Immediate",
+        "flaky",
+        serde_json::json!({"node-selector": "kubernetes.io/hostname=node-a"}),
+    )
+    .await;
+    claim(&sb, "data", "shaky").await;
+    bound(&sb, "data", 60).await;
+    let mut jobs = jobs(&sb).await;
+    jobs.sort_by_key(|j| {
+        j.metadata.labels.as_ref().unwrap()["flex-provisioner.io/attempt"]
+            .parse::<u32>()
+            .unwrap()
+    });
+    let attempts: Vec<String> = jobs
+        .iter()
+        .map(|j| j.metadata.labels.as_ref().unwrap()["flex-provisioner.io/attempt"].clone())
+        .collect();
+    assert_eq!(attempts, ["1", "2", "3"]);
+    let created: Vec<jiff::Timestamp> = jobs
+        .iter()
+        .map(|j| j.metadata.creation_timestamp.clone().unwrap().0)
+        .collect();
+    let first_gap = created[1].duration_since(created[0]);
+    let second_gap = created[2].duration_since(created[1]);
+    assert!(
+        second_gap > first_gap,
+        "delays grow: {first_gap:?} then {second_gap:?}"
+    );
+    let failed = wait_event(
+        &sb,
+        "data",
+        "ProvisioningFailed",
+        "flaky: backend busy (try 0)",
+        5,
+    )
+    .await;
+    assert!(failed.contains("attempt 1"), "{failed}");
+    wait_event(
+        &sb,
+        "data",
+        "ProvisioningFailed",
+        "attempt 2 starts in 2s",
+        5,
+    )
+    .await;
+    wait_event(
+        &sb,
+        "data",
+        "ProvisioningFailed",
+        "attempt 3 starts in 4s",
+        5,
+    )
+    .await;
+    wait_event(
+        &sb,
+        "data",
+        "ProvisioningSucceeded",
+        "Successfully provisioned",
+        5,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_permanent_exit_code_stops_retries_and_shows_the_pod_message() {
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    class(&sb, "gold", "Immediate", "perm", serde_json::json!({})).await;
+    claim(&sb, "data", "gold").await;
+    let message = wait_event(&sb, "data", "ProvisioningFailed", "not retried", 30).await;
+    assert!(
+        message.contains("perm: pool gold does not exist"),
+        "{message}"
+    );
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert_eq!(
+        jobs(&sb).await.len(),
+        1,
+        "no retry after a permanent exit code"
+    );
+    let c = kube::Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(
+        sb.client().unwrap(),
+        "default",
+    )
+    .get("data")
+    .await
+    .unwrap();
+    assert_eq!(c.status.unwrap().phase.as_deref(), Some("Pending"));
+    assert!(
+        c.metadata
+            .annotations
+            .unwrap()
+            .contains_key("flex-provisioner.io/gave-up")
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_image_is_reported_within_seconds() {
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    class(
+        &sb,
+        "ghost",
+        "Immediate",
+        "registry.example.com/no-such-image:1.0",
+        serde_json::json!({}),
+    )
+    .await;
+    claim(&sb, "data", "ghost").await;
+    let t = std::time::Instant::now();
+    let message = wait_event(&sb, "data", "ProvisionerPodNotStarting", "ErrImagePull", 15).await;
+    assert!(t.elapsed() < std::time::Duration::from_secs(15));
+    assert!(
+        message.contains("registry.example.com/no-such-image:1.0"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn a_job_without_a_pv_or_with_a_wrong_pv_is_a_failed_attempt() {
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    class(
+        &sb,
+        "lazy",
+        "Immediate",
+        "no-pv",
+        serde_json::json!({"max-attempts": "2"}),
+    )
+    .await;
+    class(
+        &sb,
+        "confused",
+        "Immediate",
+        "wrong-ref",
+        serde_json::json!({}),
+    )
+    .await;
+    claim(&sb, "lazy", "lazy").await;
+    claim(&sb, "confused", "confused").await;
+    let m = wait_event(
+        &sb,
+        "lazy",
+        "ProvisioningFailed",
+        "created no PersistentVolume",
+        30,
+    )
+    .await;
+    assert!(m.contains("attempt 1"), "{m}");
+    wait_event(
+        &sb,
+        "lazy",
+        "ProvisioningFailed",
+        "max-attempts is reached",
+        30,
+    )
+    .await;
+    let lazy_jobs = jobs(&sb)
+        .await
+        .into_iter()
+        .filter(|j| {
+            j.metadata.annotations.as_ref().unwrap()["flex-provisioner.io/claim"] == "default/lazy"
+        })
+        .count();
+    assert_eq!(lazy_jobs, 2);
+    let m = wait_event(
+        &sb,
+        "confused",
+        "ProvisioningFailed",
+        "its claimRef names other/other",
+        30,
+    )
+    .await;
+    assert!(m.contains("it is removed and provisioning retried"), "{m}");
+    bound(&sb, "confused", 30).await;
+}
+
+#[tokio::test]
+async fn the_original_proposal_flow_with_kubectl_create() {
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    class(
+        &sb,
+        "silver",
+        "Immediate",
+        "kubectl-pv",
+        serde_json::json!({"use-nfs-server": "10.10.2.4", "zone": "west"}),
+    )
+    .await;
+    claim(&sb, "data", "silver").await;
+    bound(&sb, "data", 30).await;
+    let pv = volumes(&sb).await.remove(0);
+    assert_eq!(
+        pv.spec.as_ref().unwrap().host_path.as_ref().unwrap().path,
+        "/volumes/kubectl"
+    );
+    assert!(
+        pv.metadata
+            .finalizers
+            .unwrap()
+            .contains(&"flex-provisioner.io/deprovision".to_string())
     );
 }

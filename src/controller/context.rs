@@ -56,8 +56,37 @@ impl Context {
         }
     }
 
+    /// Waits until every store has had its first full list, so decisions never rest on a
+    /// half-filled cache (a class that "does not exist" only because it was not listed yet).
+    pub async fn ready(&self) {
+        let _ = self.classes.wait_until_ready().await;
+        let _ = self.volumes.wait_until_ready().await;
+        for s in &self.config_maps {
+            let _ = s.wait_until_ready().await;
+        }
+        for s in &self.jobs {
+            let _ = s.wait_until_ready().await;
+        }
+        for s in &self.pods {
+            let _ = s.wait_until_ready().await;
+        }
+    }
+
     /// Publishes an event now.
     pub async fn event(&self, on: &ObjectReference, warning: bool, reason: &str, message: &str) {
+        self.publish(on, warning, reason, message, "Provision", None)
+            .await;
+    }
+
+    async fn publish(
+        &self,
+        on: &ObjectReference,
+        warning: bool,
+        reason: &str,
+        message: &str,
+        action: &str,
+        related: Option<ObjectReference>,
+    ) {
         let ev = Event {
             type_: if warning {
                 EventType::Warning
@@ -66,8 +95,8 @@ impl Context {
             },
             reason: reason.into(),
             note: Some(message.chars().take(1000).collect()),
-            action: "Provision".into(),
-            secondary: None,
+            action: action.into(),
+            secondary: related,
         };
         if let Err(e) = self.recorder.publish(&ev, on).await {
             tracing::warn!(error = %e, reason, "cannot publish an event");
@@ -83,7 +112,15 @@ impl Context {
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(n.key.clone());
             if fresh {
-                self.event(on, n.warning, n.reason, &n.message).await;
+                self.publish(
+                    on,
+                    n.warning,
+                    n.reason,
+                    &n.message,
+                    n.action,
+                    n.related.clone(),
+                )
+                .await;
             }
         }
     }

@@ -29,10 +29,14 @@ fn is_provision(job: &Job) -> bool {
     job.labels().get(LABEL_ACTION).map(String::as_str) == Some("provision")
 }
 
+/// How often a claim that waits for a change is looked at anyway.
+const RECHECK_BLOCKED: Duration = Duration::from_secs(60);
+
 pub async fn reconcile(
     claim: Arc<PersistentVolumeClaim>,
     ctx: Arc<Context>,
 ) -> crate::Result<Action> {
+    ctx.ready().await;
     let opts = &ctx.opts;
     let uid = claim.uid().unwrap_or_default();
     let class = claim
@@ -113,7 +117,9 @@ pub async fn reconcile(
         Api::namespaced(ctx.client.clone(), &claim.namespace().unwrap_or_default());
     let claim_name = claim.name_any();
     Ok(match plan.step {
-        Step::Ignore | Step::WaitForNode | Step::Blocked => Action::await_change(),
+        Step::Ignore | Step::WaitForNode => Action::await_change(),
+        // Triggers cover changes to the claim, class and ConfigMap; this is the safety net.
+        Step::Blocked => Action::requeue(RECHECK_BLOCKED),
         Step::Throttled => Action::requeue(Duration::from_secs(5)),
         Step::Backoff { wait, .. } => Action::requeue(wait),
         Step::Running { attempt } => {
@@ -194,7 +200,7 @@ pub async fn reconcile(
                     format!("provisioning/{uid}/{attempt}"),
                     reasons::PROVISIONING,
                     format!("External provisioner is provisioning volume for claim \"{}/{claim_name}\" (attempt {attempt}, Job {ns}/{job_name})", claim.namespace().unwrap_or_default()),
-                )],
+                ).about(&job).action("Provision")],
             )
             .await;
             Action::requeue(RUNNING_RECHECK)
@@ -242,7 +248,9 @@ async fn starting_problems(
                     format!("job-create/{}", job.uid().unwrap_or_default()),
                     reasons::POD_NOT_STARTING,
                     message,
-                )],
+                )
+                .about(job.as_ref())
+                .action("Observe")],
             )
             .await;
         }

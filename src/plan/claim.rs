@@ -115,10 +115,16 @@ fn short_hash(s: &str) -> String {
 }
 
 /// A stable hash of everything an attempt is made from: the configuration and the claim.
+/// Annotations written by Kubernetes or by us are bookkeeping, not input.
 pub fn inputs_hash(config: &ClassConfig, claim: &ClaimRequest) -> String {
+    let user_annotations: Vec<(&String, &String)> = claim
+        .annotations
+        .iter()
+        .filter(|(k, _)| !k.contains("kubernetes.io/") && !k.starts_with(crate::names::PREFIX))
+        .collect();
     let text = format!(
-        "{config:?}|{}|{:?}|{:?}|{:?}",
-        claim.requested, claim.access_modes, claim.labels, claim.annotations
+        "{config:?}|{}|{:?}|{}|{:?}|{user_annotations:?}",
+        claim.requested, claim.access_modes, claim.volume_mode, claim.labels
     );
     short_hash(&text)
 }
@@ -187,7 +193,7 @@ fn pod_notices(attempt: u32, pods: &[&Pod]) -> Vec<Notice> {
                 format!(
                     "attempt {attempt}: provisioner pod {name} failed with exit code {code}{text}"
                 ),
-            ));
+            ).about(*pod).action("Observe"));
             continue;
         }
         let status = pod.status.clone().unwrap_or_default();
@@ -209,14 +215,18 @@ fn pod_notices(attempt: u32, pods: &[&Pod]) -> Vec<Notice> {
                 } else {
                     reason.as_str()
                 };
-                out.push(Notice::warning(
-                    format!("pod-start/{uid}/{key_reason}"),
-                    reasons::POD_NOT_STARTING,
-                    format!(
-                        "attempt {attempt}: provisioner pod {name} cannot start: {reason}: {}",
-                        w.message.unwrap_or_default()
-                    ),
-                ));
+                out.push(
+                    Notice::warning(
+                        format!("pod-start/{uid}/{key_reason}"),
+                        reasons::POD_NOT_STARTING,
+                        format!(
+                            "attempt {attempt}: provisioner pod {name} cannot start: {reason}: {}",
+                            w.message.unwrap_or_default()
+                        ),
+                    )
+                    .about(*pod)
+                    .action("Observe"),
+                );
             }
         }
         for c in status.conditions.iter().flatten() {
@@ -224,14 +234,18 @@ fn pod_notices(attempt: u32, pods: &[&Pod]) -> Vec<Notice> {
                 && c.status == "False"
                 && c.reason.as_deref() == Some("Unschedulable")
             {
-                out.push(Notice::warning(
-                    format!("pod-start/{uid}/Unschedulable"),
-                    reasons::POD_NOT_STARTING,
-                    format!(
-                        "attempt {attempt}: provisioner pod {name} cannot be scheduled: {}",
-                        c.message.clone().unwrap_or_default()
-                    ),
-                ));
+                out.push(
+                    Notice::warning(
+                        format!("pod-start/{uid}/Unschedulable"),
+                        reasons::POD_NOT_STARTING,
+                        format!(
+                            "attempt {attempt}: provisioner pod {name} cannot be scheduled: {}",
+                            c.message.clone().unwrap_or_default()
+                        ),
+                    )
+                    .about(*pod)
+                    .action("Observe"),
+                );
             }
         }
     }
@@ -258,11 +272,14 @@ pub fn plan_claim(i: &ClaimInputs<'_>) -> Plan {
             let message = format!("cannot provision this claim: {e}");
             return plan(
                 Step::Blocked,
-                vec![Notice::warning(
-                    format!("claim/{}", short_hash(&message)),
-                    reasons::FAILED,
-                    message,
-                )],
+                vec![
+                    Notice::warning(
+                        format!("claim/{}", short_hash(&message)),
+                        reasons::FAILED,
+                        message,
+                    )
+                    .action("Validate"),
+                ],
             );
         }
     };
@@ -273,19 +290,25 @@ pub fn plan_claim(i: &ClaimInputs<'_>) -> Plan {
             let message = format!(
                 "{problem}; new attempts use the last valid configuration until it is fixed"
             );
-            notices.push(Notice::warning(
-                format!("config/{}", short_hash(&message)),
-                reasons::CONFIG_INVALID,
-                message,
-            ));
+            notices.push(
+                Notice::warning(
+                    format!("config/{}", short_hash(&message)),
+                    reasons::CONFIG_INVALID,
+                    message,
+                )
+                .action("Configure"),
+            );
             config
         }
         ConfigState::Unusable(problem) => {
-            notices.push(Notice::warning(
-                format!("config/{}", short_hash(problem)),
-                reasons::CONFIG_INVALID,
-                problem.to_owned(),
-            ));
+            notices.push(
+                Notice::warning(
+                    format!("config/{}", short_hash(problem)),
+                    reasons::CONFIG_INVALID,
+                    problem.to_owned(),
+                )
+                .action("Configure"),
+            );
             return quiet(plan(Step::Blocked, notices));
         }
     };
@@ -296,20 +319,25 @@ pub fn plan_claim(i: &ClaimInputs<'_>) -> Plan {
         Ok(r) => r,
         Err(e) => {
             let message = format!("cannot provision this claim: {e}");
-            notices.push(Notice::warning(
-                format!("render/{}", short_hash(&message)),
-                reasons::FAILED,
-                message,
-            ));
+            notices.push(
+                Notice::warning(
+                    format!("render/{}", short_hash(&message)),
+                    reasons::FAILED,
+                    message,
+                )
+                .action("Validate"),
+            );
             return quiet(plan(Step::Blocked, notices));
         }
     };
     let template = pv_template(config, &request, i.node, &rendered, i.provisioner_name);
     let latest = i.jobs.iter().copied().max_by_key(|j| attempt_of(j));
-    let recorded = annotation(i.claim, ANN_ATTEMPT)
+    let recorded: u32 = annotation(i.claim, ANN_ATTEMPT)
         .and_then(|a| a.parse().ok())
         .unwrap_or(0);
-    let attempt = latest.map(attempt_of).unwrap_or(0).max(recorded);
+    // A recorded attempt newer than any Job we see: its Job is not in our cache yet.
+    let catching_up = latest.is_some_and(|j| attempt_of(j) < recorded);
+    let attempt = latest.map(attempt_of).unwrap_or(recorded);
     let latest_outcome = latest.map(|j| {
         let uid = j.metadata.uid.clone().unwrap_or_default();
         let pods: Vec<&Pod> = i
@@ -355,11 +383,15 @@ pub fn plan_claim(i: &ClaimInputs<'_>) -> Plan {
                         !d.is_negative() && d.unsigned_abs() < ANNOUNCE_WITHIN
                     });
                 if stage == Stage::Pending || recent {
-                    notices.push(Notice::normal(
-                        format!("succeeded/{}", request.uid),
-                        reasons::SUCCEEDED,
-                        format!("Successfully provisioned volume {}", pv_name(&request.uid)),
-                    ));
+                    notices.push(
+                        Notice::normal(
+                            format!("succeeded/{}", request.uid),
+                            reasons::SUCCEEDED,
+                            format!("Successfully provisioned volume {}", pv_name(&request.uid)),
+                        )
+                        .about(pv)
+                        .action("Verify"),
+                    );
                 }
                 plan(Step::Provisioned { patch }, notices)
             }
@@ -373,7 +405,7 @@ pub fn plan_claim(i: &ClaimInputs<'_>) -> Plan {
                     format!("wrong-pv/{pv_uid}"),
                     reasons::FAILED,
                     format!("attempt {attempt}: PersistentVolume {} was created, but {why}; it is removed and provisioning retried", pv_name(&request.uid)),
-                ));
+                ).about(pv).action("Verify"));
                 plan(Step::RemoveWrongPv, notices)
             }
         };
@@ -387,8 +419,14 @@ pub fn plan_claim(i: &ClaimInputs<'_>) -> Plan {
         if gave_up {
             return plan(Step::Blocked, notices);
         }
-        return start(attempt + 1, notices);
+        // No Job at all: either none was made yet, or the recorded attempt's Job is not in
+        // the cache yet or was cleaned up by its TTL. Creating that attempt's Job again is
+        // safe: an existing one is adopted.
+        return start(recorded.max(1), notices);
     };
+    if catching_up {
+        return plan(Step::Running { attempt: recorded }, notices);
+    }
     let job_uid = job.metadata.uid.clone().unwrap_or_default();
     let job_name = job.metadata.name.clone().unwrap_or_default();
     let (permanent, message, at) = match latest_outcome.expect("computed for the latest job") {
@@ -430,11 +468,15 @@ pub fn plan_claim(i: &ClaimInputs<'_>) -> Plan {
         } else {
             "max-attempts is reached, so it is not retried until the claim or the configuration changes"
         };
-        notices.push(Notice::warning(
-            format!("failed/{job_uid}"),
-            reasons::FAILED,
-            format!("attempt {attempt} failed: {message}; {why}"),
-        ));
+        notices.push(
+            Notice::warning(
+                format!("failed/{job_uid}"),
+                reasons::FAILED,
+                format!("attempt {attempt} failed: {message}; {why}"),
+            )
+            .about(job)
+            .action("GiveUp"),
+        );
         return plan(if gave_up { Step::Blocked } else { Step::GiveUp }, notices);
     }
     if permanent || out_of_attempts {
@@ -451,15 +493,19 @@ pub fn plan_claim(i: &ClaimInputs<'_>) -> Plan {
             d.unsigned_abs()
         }
     });
-    notices.push(Notice::warning(
-        format!("failed/{job_uid}"),
-        reasons::FAILED,
-        format!(
-            "attempt {attempt} failed: {message}; attempt {} starts in {}s",
-            attempt + 1,
-            wait.as_secs()
-        ),
-    ));
+    notices.push(
+        Notice::warning(
+            format!("failed/{job_uid}"),
+            reasons::FAILED,
+            format!(
+                "attempt {attempt} failed: {message}; attempt {} starts in {}s",
+                attempt + 1,
+                wait.as_secs()
+            ),
+        )
+        .about(job)
+        .action("Retry"),
+    );
     if elapsed >= wait {
         return start(attempt + 1, notices);
     }

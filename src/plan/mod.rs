@@ -4,13 +4,20 @@
 pub mod claim;
 pub mod retry;
 
+use k8s_openapi::api::core::v1::ObjectReference;
+
 /// Something to tell users about, once: `key` identifies it so it is not repeated.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Notice {
     pub key: String,
     pub warning: bool,
     pub reason: &'static str,
     pub message: String,
+    /// What the controller was doing (`Provision`, `Retry`, `GiveUp`, `Observe`, `Verify`).
+    pub action: &'static str,
+    /// The pod, Job, PV or ConfigMap the notice is about. Events that differ only in their
+    /// message are merged by the event recorder, so this keeps distinct failures distinct.
+    pub related: Option<ObjectReference>,
 }
 
 impl Notice {
@@ -24,6 +31,8 @@ impl Notice {
             warning: true,
             reason,
             message: message.into(),
+            action: "Provision",
+            related: None,
         }
     }
 
@@ -33,10 +42,19 @@ impl Notice {
         message: impl Into<String>,
     ) -> Self {
         Notice {
-            key: key.into(),
             warning: false,
-            ..Notice::warning("", reason, message)
+            ..Notice::warning(key, reason, message)
         }
+    }
+
+    pub fn action(mut self, action: &'static str) -> Self {
+        self.action = action;
+        self
+    }
+
+    pub fn about<K: kube::Resource<DynamicType = ()>>(mut self, object: &K) -> Self {
+        self.related = Some(object.object_ref(&()));
+        self
     }
 }
 

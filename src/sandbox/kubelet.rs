@@ -147,22 +147,48 @@ impl Kubelet {
         let mut rx = self.api.store.subscribe();
         let mut tick = tokio::time::interval(Duration::from_millis(500));
         loop {
-            let mut woke_for_pods = tokio::select! {
-                msg = rx.recv() => msg.map_or(true, |c| c.rid == pods),
+            // Changed pods are looked at as they change; every pod on the tick.
+            let mut changed: Vec<(String, String)> = Vec::new();
+            let mut full = false;
+            let mut note = |c: Result<Arc<super::store::Change>, _>| match c {
+                Ok(c) if c.rid == pods => {
+                    changed.push((ns_of(&c.object).to_owned(), name_of(&c.object).to_owned()))
+                }
+                Ok(_) => {}
+                Err(_) => full = true,
+            };
+            let ticked = tokio::select! {
+                msg = rx.recv() => {
+                    note(msg.map_err(|_| ()));
+                    false
+                }
                 _ = tick.tick() => true,
             };
-            while let Ok(c) = rx.try_recv() {
-                woke_for_pods |= c.rid == pods;
+            loop {
+                match rx.try_recv() {
+                    Ok(c) => note(Ok(c)),
+                    Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) => note(Err(())),
+                    Err(_) => break,
+                }
             }
-            if !woke_for_pods {
-                continue;
-            }
+            let full = full || ticked;
             let nodes = self.nodes.clone();
-            let (mine, _) = self.api.store.list(pods, None, |p| {
+            let on_our_node = |p: &Value| {
                 p["spec"]["nodeName"]
                     .as_str()
                     .is_some_and(|n| nodes.iter().any(|x| x == n))
-            });
+            };
+            let mine: Vec<Value> = if full {
+                self.api.store.list(pods, None, on_our_node).0
+            } else {
+                changed.sort();
+                changed.dedup();
+                changed
+                    .iter()
+                    .filter_map(|(ns, name)| self.api.store.get(pods, ns, name))
+                    .filter(|p| on_our_node(p))
+                    .collect()
+            };
             for pod in mine {
                 let uid = uid_of(&pod).to_owned();
                 if is_deleting(&pod) {

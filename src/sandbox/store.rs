@@ -76,6 +76,22 @@ pub struct Store {
 /// that has been running for a while.
 const FIRST_RV: u64 = 1000;
 
+/// Empty lists and nulls in metadata are omitted, as the real server's encoding does
+/// (`obj["metadata"]["x"]` on a missing key leaves a null behind).
+fn normalize(object: &mut Value) {
+    if let Some(m) = object["metadata"].as_object_mut() {
+        for k in ["finalizers", "ownerReferences"] {
+            if m.get(k)
+                .and_then(Value::as_array)
+                .is_some_and(Vec::is_empty)
+            {
+                m.remove(k);
+            }
+        }
+        m.retain(|_, v| !v.is_null());
+    }
+}
+
 fn same_but_version(a: &Value, b: &Value) -> bool {
     let strip = |v: &Value| {
         let mut v = v.clone();
@@ -165,33 +181,25 @@ impl Store {
         let (event, mut object) = match decision {
             Write::Unchanged(v) => return Ok(v),
             // Storing what is already stored is no change: no new version, no event.
-            Write::Put(v) if current.as_ref().is_some_and(|c| same_but_version(c, &v)) => {
-                return Ok(current.unwrap_or(v));
-            }
-            Write::Put(v) => (
-                if current.is_some() {
+            Write::Put(mut v) => {
+                normalize(&mut v);
+                // Storing what is already stored is no change: no new version, no event.
+                if current.as_ref().is_some_and(|c| same_but_version(c, &v)) {
+                    return Ok(current.unwrap_or(v));
+                }
+                let event = if current.is_some() {
                     EventType::Modified
                 } else {
                     EventType::Added
-                },
-                v,
-            ),
-            Write::Delete(v) => (EventType::Deleted, v),
+                };
+                (event, v)
+            }
+            Write::Delete(mut v) => {
+                normalize(&mut v);
+                (EventType::Deleted, v)
+            }
         };
         state.rv = next_rv;
-        // Empty lists are omitted, as the real server's encoding does.
-        if let Some(m) = object["metadata"].as_object_mut() {
-            for k in ["finalizers", "ownerReferences"] {
-                if m.get(k)
-                    .and_then(Value::as_array)
-                    .is_some_and(Vec::is_empty)
-                {
-                    m.remove(k);
-                }
-            }
-            // `obj["metadata"]["x"]` on a missing key leaves a null behind; never store one.
-            m.retain(|_, v| !v.is_null());
-        }
         object["metadata"]["resourceVersion"] = json!(next_rv.to_string());
         if event == EventType::Deleted {
             state.objects[rid].remove(&key);

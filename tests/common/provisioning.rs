@@ -112,9 +112,13 @@ pub fn options() -> Options {
 
 /// Starts the controller as a task (abort it to "kill" the controller).
 pub fn controller(sb: &Sandbox) -> JoinHandle<()> {
+    controller_with(sb, options())
+}
+
+pub fn controller_with(sb: &Sandbox, options: Options) -> JoinHandle<()> {
     let client = sb.client().unwrap();
     tokio::spawn(async move {
-        if let Err(e) = run(client, options()).await {
+        if let Err(e) = run(client, options).await {
             panic!("controller stopped: {e}");
         }
     })

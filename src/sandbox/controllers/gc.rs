@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use super::{is_deleting, name_of, ns_of, uid_of};
 use crate::sandbox::api::{Api, DeleteOpts};
 use crate::sandbox::resources::{self, RESOURCES, Rid};
-use crate::sandbox::store::Write;
+use crate::sandbox::store::{EventType, Write};
 
 fn owner_refs(v: &Value) -> Vec<Value> {
     v["metadata"]["ownerReferences"]
@@ -108,77 +108,125 @@ fn delete(api: &Api, rid: Rid, obj: &Value, policy: &str) {
     let _ = api.delete(rid, ns_of(obj), name_of(obj), &opts);
 }
 
+/// Settles one object: an owner being deleted in foreground or orphan mode, or a
+/// dependent whose owners are (partly) gone.
+fn settle(api: &Api, rid: Rid, obj: &Value) {
+    let fins = finalizers(obj);
+    if is_deleting(obj) && fins.iter().any(|f| f == "foregroundDeletion") {
+        let deps = dependents_of(api, uid_of(obj));
+        let blocking = deps.iter().any(|(_, d)| {
+            owner_refs(d).iter().any(|rf| {
+                rf["uid"].as_str() == Some(uid_of(obj)) && rf["blockOwnerDeletion"] == true
+            })
+        });
+        for (drid, d) in &deps {
+            if !is_deleting(d) {
+                delete(api, *drid, d, "Foreground");
+            }
+        }
+        if !blocking {
+            remove_finalizer(api, rid, obj, "foregroundDeletion");
+        }
+        return;
+    }
+    if is_deleting(obj) && fins.iter().any(|f| f == "orphan") {
+        for (drid, d) in dependents_of(api, uid_of(obj)) {
+            remove_owner_ref(api, drid, &d, uid_of(obj));
+        }
+        remove_finalizer(api, rid, obj, "orphan");
+        return;
+    }
+    let refs = owner_refs(obj);
+    if refs.is_empty() || is_deleting(obj) {
+        return;
+    }
+    let alive: Vec<&Value> = refs
+        .iter()
+        .filter(|rf| owner_alive(api, ns_of(obj), rf))
+        .collect();
+    if alive.is_empty() {
+        delete(api, rid, obj, "Background");
+    } else if alive.len() < refs.len() {
+        for rf in refs.iter().filter(|rf| !alive.contains(rf)) {
+            remove_owner_ref(api, rid, obj, rf["uid"].as_str().unwrap_or_default());
+        }
+    }
+}
+
 fn sweep(api: &Api) {
     for rid in all_storage() {
         let (items, _) = api
             .store
             .list(rid, None, |v| !owner_refs(v).is_empty() || is_deleting(v));
-        for obj in items {
-            let fins = finalizers(&obj);
-            if is_deleting(&obj) && fins.iter().any(|f| f == "foregroundDeletion") {
-                let deps = dependents_of(api, uid_of(&obj));
-                let blocking = deps.iter().any(|(_, d)| {
-                    owner_refs(d).iter().any(|rf| {
-                        rf["uid"].as_str() == Some(uid_of(&obj)) && rf["blockOwnerDeletion"] == true
-                    })
-                });
-                for (drid, d) in &deps {
-                    if !is_deleting(d) {
-                        delete(api, *drid, d, "Foreground");
-                    }
-                }
-                if !blocking {
-                    remove_finalizer(api, rid, &obj, "foregroundDeletion");
-                }
-                continue;
-            }
-            if is_deleting(&obj) && fins.iter().any(|f| f == "orphan") {
-                for (drid, d) in dependents_of(api, uid_of(&obj)) {
-                    remove_owner_ref(api, drid, &d, uid_of(&obj));
-                }
-                remove_finalizer(api, rid, &obj, "orphan");
-                continue;
-            }
-            let refs = owner_refs(&obj);
-            if refs.is_empty() || is_deleting(&obj) {
-                continue;
-            }
-            let alive: Vec<&Value> = refs
-                .iter()
-                .filter(|rf| owner_alive(api, ns_of(&obj), rf))
-                .collect();
-            if alive.is_empty() {
-                delete(api, rid, &obj, "Background");
-            } else if alive.len() < refs.len() {
-                for rf in refs.iter().filter(|rf| !alive.contains(rf)) {
-                    remove_owner_ref(api, rid, &obj, rf["uid"].as_str().unwrap_or_default());
-                }
-            }
+        for obj in &items {
+            settle(api, rid, obj);
         }
     }
 }
 
+/// The object as stored now (changes in a batch may be stale).
+fn current(api: &Api, rid: Rid, obj: &Value) -> Option<Value> {
+    api.store.get(rid, ns_of(obj), name_of(obj))
+}
+
 pub async fn run(api: Arc<Api>) {
     let interests: Vec<Rid> = all_storage().collect();
-    let mut last = std::time::Instant::now();
+    let mut last_sweep = std::time::Instant::now();
     super::run_loop(
         api,
         interests,
-        Duration::from_millis(300),
+        Duration::from_millis(500),
         move |api, changes| {
-            // Owners and dependents come in any order; a sweep over objects with owners (or
-            // being deleted) settles them all. Rate-limited so bursts cost one sweep.
-            let relevant = changes.is_empty()
-                || changes.iter().any(|c| {
-                    is_deleting(&c.object)
-                        || !owner_refs(&c.object).is_empty()
-                        || c.event == crate::sandbox::store::EventType::Deleted
-                });
-            if relevant && last.elapsed() >= Duration::from_millis(50) {
-                last = std::time::Instant::now();
-                sweep(api);
+            if changes.is_empty() {
+                // A periodic full sweep catches what the incremental path cannot see.
+                if last_sweep.elapsed() >= Duration::from_secs(2) {
+                    last_sweep = std::time::Instant::now();
+                    sweep(api);
+                }
+                return;
+            }
+            for c in changes {
+                if c.event == EventType::Deleted {
+                    // Its dependents may now be orphans; its owners may be waiting for it.
+                    for (drid, d) in dependents_of(api, uid_of(&c.object)) {
+                        settle(api, drid, &d);
+                    }
+                    for rf in owner_refs(&c.object) {
+                        owner_settle(api, &c.object, &rf);
+                    }
+                    continue;
+                }
+                let Some(obj) = current(api, c.rid, &c.object) else {
+                    continue;
+                };
+                let new_dependent = c.event == EventType::Added && !owner_refs(&obj).is_empty();
+                if is_deleting(&obj) || new_dependent {
+                    settle(api, c.rid, &obj);
+                }
             }
         },
     )
     .await;
+}
+
+/// A dependent went away: if its owner is being deleted in the foreground, look again.
+fn owner_settle(api: &Api, dependent: &Value, rf: &Value) {
+    let Some(rid) = resources::by_kind(
+        rf["apiVersion"].as_str().unwrap_or_default(),
+        rf["kind"].as_str().unwrap_or_default(),
+    ) else {
+        return;
+    };
+    let ns = if resources::get(rid).namespaced {
+        ns_of(dependent)
+    } else {
+        ""
+    };
+    if let Some(owner) = api
+        .store
+        .get(rid, ns, rf["name"].as_str().unwrap_or_default())
+        && is_deleting(&owner)
+    {
+        settle(api, rid, &owner);
+    }
 }

@@ -367,10 +367,18 @@ pub async fn run(api: Arc<Api>) {
         interests,
         Duration::from_secs(2),
         move |api, changes| {
+            // Pods matter only when they use claims (pvc-protection, consumers).
+            let uses_claims = |v: &Value| {
+                v["spec"]["volumes"]
+                    .as_array()
+                    .is_some_and(|vs| vs.iter().any(|x| x.get("persistentVolumeClaim").is_some()))
+            };
             let full = changes.is_empty()
-                || changes
-                    .iter()
-                    .any(|c| c.rid == pv.classes || c.rid == pv.volumes || c.rid == pv.pods);
+                || changes.iter().any(|c| {
+                    c.rid == pv.classes
+                        || c.rid == pv.volumes
+                        || (c.rid == pv.pods && uses_claims(&c.object))
+                });
             if full {
                 let (volumes, _) = api.store.list(pv.volumes, None, |_| true);
                 for v in &volumes {

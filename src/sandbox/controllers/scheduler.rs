@@ -157,7 +157,12 @@ impl Scheduler {
         }
     }
 
-    fn schedule(&mut self, api: &Api, pod: &Value) {
+    fn schedule(
+        &mut self,
+        api: &Api,
+        pod: &Value,
+        load: &mut std::collections::HashMap<String, usize>,
+    ) {
         if pod["spec"]["schedulingGates"]
             .as_array()
             .is_some_and(|g| !g.is_empty())
@@ -178,7 +183,11 @@ impl Scheduler {
             }
         };
         let candidates: Vec<&Value> = nodes.iter().filter(|n| fits(pod, n, &affinities)).collect();
-        let Some(node) = self.least_loaded(api, &candidates) else {
+        let Some(node) = candidates
+            .iter()
+            .copied()
+            .min_by_key(|n| load.get(name_of(n)).copied().unwrap_or(0))
+        else {
             self.unschedulable(api, pod, nodes.len());
             return;
         };
@@ -197,6 +206,7 @@ impl Scheduler {
             }
             return;
         }
+        *load.entry(node.clone()).or_default() += 1;
         if api.bind_pod(ns_of(pod), name_of(pod), &node).is_ok()
             && let Some(p) = api.store.get(self.pods, ns_of(pod), name_of(pod))
         {
@@ -214,18 +224,6 @@ impl Scheduler {
                 COMPONENT,
             );
         }
-    }
-
-    fn least_loaded<'a>(&self, api: &Api, candidates: &[&'a Value]) -> Option<&'a Value> {
-        candidates.iter().copied().min_by_key(|n| {
-            let name = name_of(n).to_owned();
-            api.store
-                .list(self.pods, None, |p| {
-                    p["spec"]["nodeName"].as_str() == Some(&name)
-                })
-                .0
-                .len()
-        })
     }
 
     fn unschedulable(&mut self, api: &Api, pod: &Value, total: usize) {
@@ -278,8 +276,27 @@ pub async fn run(api: Arc<Api>) {
             let (pending, _) = api.store.list(s.pods, None, |p| {
                 p["spec"]["nodeName"].as_str().is_none_or(str::is_empty) && !is_deleting(p)
             });
+            if pending.is_empty() {
+                return;
+            }
+            // How many pods each node runs, counted once per pass.
+            let mut load = std::collections::HashMap::new();
+            for p in api
+                .store
+                .list(s.pods, None, |p| p["spec"]["nodeName"].is_string())
+                .0
+            {
+                *load
+                    .entry(
+                        p["spec"]["nodeName"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned(),
+                    )
+                    .or_default() += 1;
+            }
             for pod in &pending {
-                s.schedule(api, pod);
+                s.schedule(api, pod, &mut load);
             }
         },
     )
