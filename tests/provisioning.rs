@@ -377,3 +377,178 @@ async fn the_original_proposal_flow_with_kubectl_create() {
             .contains(&"flex-provisioner.io/deprovision".to_string())
     );
 }
+
+/// The controller killed and restarted at every step of the flow: no duplicate Job, no
+/// duplicate or leaked PV, every claim binds.
+#[tokio::test]
+async fn restarts_at_every_step_neither_duplicate_nor_lose_anything() {
+    let sb = sandbox().await;
+    class(&sb, "steady", "Immediate", "slow", serde_json::json!({})).await;
+    class(
+        &sb,
+        "shaky",
+        "Immediate",
+        "flaky",
+        serde_json::json!({"node-selector": "kubernetes.io/hostname=node-a"}),
+    )
+    .await;
+    for i in 0..12 {
+        claim(
+            &sb,
+            &format!("s{i:02}"),
+            if i % 3 == 0 { "shaky" } else { "steady" },
+        )
+        .await;
+    }
+    // Kill the controller after ever longer runs: before any Job, mid-Job, mid-retry...
+    for ms in [50u64, 150, 300, 600, 1000, 1500, 2500] {
+        let c = controller(&sb);
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        c.abort();
+        let _ = c.await;
+    }
+    let _c = controller(&sb);
+    for i in 0..12 {
+        bound(&sb, &format!("s{i:02}"), 90).await;
+    }
+    let jobs = jobs(&sb).await;
+    let mut names: Vec<String> = jobs
+        .iter()
+        .map(|j| j.metadata.name.clone().unwrap())
+        .collect();
+    let total = names.len();
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), total);
+    for j in &jobs {
+        let attempt = &j.metadata.labels.as_ref().unwrap()["flex-provisioner.io/attempt"];
+        let claim = &j.metadata.annotations.as_ref().unwrap()["flex-provisioner.io/claim"];
+        if !claim.contains("/s00")
+            && !claim.contains("/s03")
+            && !claim.contains("/s06")
+            && !claim.contains("/s09")
+        {
+            assert_eq!(attempt, "1", "a steady claim needs one attempt: {claim}");
+        }
+    }
+    let vols = volumes(&sb).await;
+    assert_eq!(vols.len(), 12, "one PV per claim, none leaked");
+}
+
+/// Dropped watches, compacted history (410), and 500/429/409 answers: every claim binds.
+#[tokio::test]
+async fn a_misbehaving_api_server_does_not_stop_provisioning() {
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    class(&sb, "steady", "Immediate", "make-pv", serde_json::json!({})).await;
+    sb.faults.fail_next(Some("create"), Some("jobs"), 3, 500);
+    sb.faults
+        .fail_next(Some("patch"), Some("persistentvolumeclaims"), 2, 409);
+    sb.faults.fail_next(Some("list"), None, 2, 429);
+    sb.faults.fail_next(Some("watch"), Some("jobs"), 2, 500);
+    for i in 0..10 {
+        claim(&sb, &format!("f{i}"), "steady").await;
+        if i % 3 == 0 {
+            sb.compact();
+            sb.close_watches();
+        }
+    }
+    for i in 0..10 {
+        bound(&sb, &format!("f{i}"), 90).await;
+    }
+    assert_eq!(volumes(&sb).await.len(), 10);
+    assert_eq!(
+        jobs(&sb).await.len(),
+        10,
+        "a failed create is retried, never doubled"
+    );
+}
+
+/// A claim deleted while its Job runs: the Job finishes, nothing new starts.
+#[tokio::test]
+async fn a_claim_deleted_while_its_job_runs_starts_nothing_new() {
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    class(&sb, "steady", "Immediate", "slow", serde_json::json!({})).await;
+    claim(&sb, "gone", "steady").await;
+    eventually(10, "the Job to start", || async {
+        (!jobs(&sb).await.is_empty()).then_some(())
+    })
+    .await;
+    kube::Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(
+        sb.client().unwrap(),
+        "default",
+    )
+    .delete("gone", &Default::default())
+    .await
+    .unwrap();
+    eventually(20, "the Job to finish", || async {
+        let j = jobs(&sb).await.pop()?;
+        j.status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Complete")
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert_eq!(
+        jobs(&sb).await.len(),
+        1,
+        "no new attempt for a deleted claim"
+    );
+}
+
+/// Configuration: an invalid ConfigMap produces events and no Job; fixing it takes effect
+/// without a restart.
+#[tokio::test]
+async fn configuration_changes_take_effect_without_a_restart() {
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    class(
+        &sb,
+        "later",
+        "Immediate",
+        "make-pv",
+        serde_json::json!({"service-token": "s3cr3t"}),
+    )
+    .await;
+    claim(&sb, "data", "later").await;
+    let m = wait_event(
+        &sb,
+        "data",
+        "ProvisioningConfigInvalid",
+        "service-token",
+        15,
+    )
+    .await;
+    assert!(m.contains("is invalid"), "{m}");
+    let cm_events =
+        kube::Api::<k8s_openapi::api::core::v1::Event>::namespaced(sb.client().unwrap(), NS)
+            .list(&kube::api::ListParams::default().fields("involvedObject.name=later-config"))
+            .await
+            .unwrap();
+    assert!(
+        cm_events.items.iter().any(|e| e
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("service-account-name")),
+        "the ConfigMap itself carries the problem and the fix"
+    );
+    assert!(
+        jobs(&sb).await.is_empty(),
+        "bad configuration never produces a Job"
+    );
+    let cms: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(sb.client().unwrap(), NS);
+    let patch = serde_json::json!({"data": {"service-token": null}});
+    cms.patch(
+        "later-config",
+        &Default::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .unwrap();
+    bound(&sb, "data", 30).await;
+}
