@@ -5,6 +5,7 @@
 mod configs;
 mod context;
 mod reconcile;
+mod volumes;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -159,9 +160,40 @@ pub async fn run(client: Client, opts: Options) -> crate::Result<()> {
         pods,
     ));
 
+    // Volumes: a second controller, triggered by its PVs and its deprovision Jobs.
+    let mut volumes_controller = Controller::new(
+        Api::<PersistentVolume>::all(ctx.client.clone()),
+        watcher::Config::default(),
+    );
+    for ns in &ctx.opts.config_namespaces {
+        let jobs_api = Api::<Job>::namespaced(ctx.client.clone(), ns);
+        volumes_controller = volumes_controller.watches(
+            jobs_api,
+            watcher::Config::default().labels(&ours),
+            |job: Job| {
+                job.meta()
+                    .labels
+                    .as_ref()?
+                    .get(crate::names::LABEL_VOLUME)
+                    .map(|v| ObjectRef::new(v))
+            },
+        );
+    }
+    let volumes_run = volumes_controller
+        .run(
+            volumes::reconcile_volume,
+            volumes::error_policy_volume,
+            ctx.clone(),
+        )
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "volume reconcile failed; it is retried");
+            }
+        });
+
     let by_class = claims.clone();
     let by_config = claims.clone();
-    controller
+    let claims_run = controller
         .watches_stream(futures::stream::select_all(job_streams), |job: Job| {
             claim_ref_of(job.meta().annotations.as_ref())
         })
@@ -193,7 +225,7 @@ pub async fn run(client: Client, opts: Options) -> crate::Result<()> {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "reconcile failed; it is retried");
             }
-        })
-        .await;
+        });
+    futures::join!(claims_run, volumes_run);
     Ok(())
 }

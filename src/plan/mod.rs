@@ -3,6 +3,7 @@
 
 pub mod claim;
 pub mod retry;
+pub mod volume;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 
@@ -67,4 +68,6 @@ pub mod reasons {
     pub const POD_NOT_STARTING: &str = "ProvisionerPodNotStarting";
     /// The class's configuration is invalid or missing.
     pub const CONFIG_INVALID: &str = "ProvisioningConfigInvalid";
+    /// On a PV: its deprovision Job failed; the PV is kept and retried.
+    pub const VOLUME_FAILED_DELETE: &str = "VolumeFailedDelete";
 }

@@ -41,7 +41,15 @@ fn images() -> Vec<(&'static str, String)> {
             ),
         ),
         ("perm", "echo \"perm: pool gold does not exist\" > \"$TERMINATION_LOG\"\nexit 2".into()),
-        ("no-pv", "exit 0".into()),
+                ("no-pv", "exit 0".into()),
+        // Deprovisioning fails twice (the storage backend refuses), then succeeds.
+        (
+            "fail-delete",
+            format!(
+                "if [ \"$ACTION\" = deprovision ]; then\n  n=$(cat \"$SANDBOX_ROOT/del-$PV_NAME\" 2>/dev/null || echo 0)\n  echo $((n+1)) > \"$SANDBOX_ROOT/del-$PV_NAME\"\n  if [ \"$n\" -lt 2 ]; then echo \"backend refuses to delete (try $n)\" > \"$TERMINATION_LOG\"; exit 1; fi\n  exit 0\nfi\n{}",
+                make_pv("volumes")
+            ),
+        ),
         // First attempt: a PV for some other claim under our name; later attempts do it right.
         (
             "wrong-ref",
@@ -63,7 +71,13 @@ fn write_images() -> PathBuf {
         let d = dir.join(name);
         std::fs::create_dir_all(&d).unwrap();
         let p = d.join("entrypoint");
-        std::fs::write(&p, format!("#!/bin/sh\nset -eu\n{body}\n")).unwrap();
+        // Test images keep no real storage: deprovisioning succeeds unless the image says otherwise.
+        let deprovision = if body.contains("$ACTION") {
+            ""
+        } else {
+            "if [ \"$ACTION\" = deprovision ]; then exit 0; fi\n"
+        };
+        std::fs::write(&p, format!("#!/bin/sh\nset -eu\n{deprovision}{body}\n")).unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
@@ -79,8 +93,21 @@ fn binary_dir() -> PathBuf {
 }
 
 pub async fn sandbox() -> Sandbox {
+    // The project's own images, by name, beside the test images.
+    let image_map = std::fs::read_dir("provisioner-images")
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("entrypoint").exists())
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::canonicalize(p.join("entrypoint")).unwrap(),
+            )
+        })
+        .collect();
     let sb = Sandbox::start(SandboxOptions {
         images_dir: write_images(),
+        image_map,
         pod_backoff: Duration::from_millis(100),
         nodes: vec!["node-a".into(), "node-b".into()],
         extra_path: vec![binary_dir()],

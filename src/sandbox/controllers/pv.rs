@@ -163,6 +163,15 @@ impl Pv {
         );
     }
 
+    fn claim_of(&self, api: &Api, pv: &Value) -> Option<Value> {
+        let r = &pv["spec"]["claimRef"];
+        api.store.get(
+            self.claims,
+            r["namespace"].as_str().unwrap_or_default(),
+            r["name"].as_str().unwrap_or_default(),
+        )
+    }
+
     fn claim_in_use(&self, api: &Api, ns: &str, name: &str) -> bool {
         let (pods, _) = api.store.list(self.pods, Some(ns), |p| {
             !matches!(phase(p), "Succeeded" | "Failed")
@@ -231,8 +240,19 @@ impl Pv {
 
     fn sync_volume(&mut self, api: &Api, pv: &Value) {
         let name = name_of(pv).to_owned();
+        // A deleted PV still goes Released when its claim goes; pv-protection lets it
+        // go once it is no longer bound.
         if is_deleting(pv) {
-            if phase(pv) != "Bound" {
+            let claim_uid = pv["spec"]["claimRef"]["uid"].as_str().unwrap_or_default();
+            let claim_alive = self
+                .claim_of(api, pv)
+                .is_some_and(|c| uid_of(&c) == claim_uid);
+            if phase(pv) == "Bound" && !claim_alive {
+                self.modify(api, self.volumes, "", &name, |v| {
+                    v["status"]["phase"] = json!("Released");
+                    true
+                });
+            } else if phase(pv) != "Bound" {
                 self.modify(api, self.volumes, "", &name, |v| {
                     remove_finalizer(v, "kubernetes.io/pv-protection")
                 });

@@ -1,0 +1,369 @@
+//! End to end on the sandbox: released volumes of Delete classes are deprovisioned exactly
+//! once with what was recorded on them; Retain keeps the storage; nothing leaks.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::provisioning::*;
+use common::sandbox::eventually;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim};
+use kube::api::{Api, DeleteParams};
+use serde_json::json;
+
+/// A hostpath class: a directory per claim under /srv/volumes on the node.
+async fn hostpath_class(sb: &flex_provisioner::sandbox::Sandbox, name: &str, reclaim: &str) {
+    let client = sb.client().unwrap();
+    let sc = json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": name},
+        "provisioner": "flex-provisioner.io/job", "reclaimPolicy": reclaim, "volumeBindingMode": "WaitForFirstConsumer"});
+    Api::<k8s_openapi::api::storage::v1::StorageClass>::all(client.clone())
+        .create(&Default::default(), &serde_json::from_value(sc).unwrap())
+        .await
+        .unwrap();
+    let cm = json!({"metadata": {"name": format!("{name}-config"), "labels": {"type": "provisioner-config", "storage-class": name}},
+        "data": {"image": "ghcr.io/flex-provisioner/hostpath:0.1.0", "node-local": "true", "retries": "0",
+                 "base-path": "/srv/volumes", "directory": "{{claim.namespace}}/{{claim.name}}-{{claim.uid}}"}});
+    Api::<ConfigMap>::namespaced(client, NS)
+        .create(&Default::default(), &serde_json::from_value(cm).unwrap())
+        .await
+        .unwrap();
+}
+
+/// Creates a claim and a pod using it, so the WaitForFirstConsumer class gets a node.
+async fn used_claim(
+    sb: &flex_provisioner::sandbox::Sandbox,
+    name: &str,
+    class: &str,
+) -> PersistentVolumeClaim {
+    claim(sb, name, class).await;
+    let pod: k8s_openapi::api::core::v1::Pod =
+        serde_json::from_value(json!({"metadata": {"name": format!("{name}-user")},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "no-pv"}],
+                 "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": name}}]}}))
+        .unwrap();
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(sb.client().unwrap(), "default")
+        .create(&Default::default(), &pod)
+        .await
+        .unwrap();
+    bound(sb, name, 30).await
+}
+
+fn storage_dir(sb: &flex_provisioner::sandbox::Sandbox, pv: &PersistentVolume) -> PathBuf {
+    let node = pv
+        .spec
+        .as_ref()
+        .unwrap()
+        .node_affinity
+        .as_ref()
+        .unwrap()
+        .required
+        .as_ref()
+        .unwrap()
+        .node_selector_terms[0]
+        .match_expressions
+        .as_ref()
+        .unwrap()[0]
+        .values
+        .as_ref()
+        .unwrap()[0]
+        .clone();
+    let path = pv
+        .spec
+        .as_ref()
+        .unwrap()
+        .local
+        .as_ref()
+        .unwrap()
+        .path
+        .clone();
+    sb.node_root(&node).join(path.trim_start_matches('/'))
+}
+
+async fn delete_claim_and_pod(sb: &flex_provisioner::sandbox::Sandbox, name: &str) {
+    let c = sb.client().unwrap();
+    let _ = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(c.clone(), "default")
+        .delete(
+            &format!("{name}-user"),
+            &DeleteParams::default().grace_period(0),
+        )
+        .await;
+    Api::<PersistentVolumeClaim>::namespaced(c, "default")
+        .delete(name, &Default::default())
+        .await
+        .unwrap();
+}
+
+async fn gone(sb: &flex_provisioner::sandbox::Sandbox, pv: &str, secs: u64) {
+    let pvs: Api<PersistentVolume> = Api::all(sb.client().unwrap());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < deadline {
+        if pvs.get_opt(pv).await.unwrap().is_none() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let state = pvs.get_opt(pv).await.unwrap();
+    let jobs: Vec<(Option<String>, Option<Vec<String>>)> = jobs(sb)
+        .await
+        .into_iter()
+        .map(|j| {
+            (
+                j.metadata.name,
+                j.status
+                    .and_then(|s| s.conditions)
+                    .map(|c| c.into_iter().map(|c| c.type_).collect()),
+            )
+        })
+        .collect();
+    panic!(
+        "PV {pv} still there after {secs}s: {}\njobs: {jobs:?}",
+        serde_json::to_string(&state).unwrap()
+    );
+}
+
+fn deprovision_jobs(
+    jobs: &[k8s_openapi::api::batch::v1::Job],
+) -> Vec<&k8s_openapi::api::batch::v1::Job> {
+    jobs.iter()
+        .filter(|j| {
+            j.metadata.labels.as_ref().unwrap()["flex-provisioner.io/action"] == "deprovision"
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn delete_class_removes_the_storage_and_the_pv() {
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    hostpath_class(&sb, "local", "Delete").await;
+    let c = used_claim(&sb, "data", "local").await;
+    let pv_name = c.spec.unwrap().volume_name.unwrap();
+    let pv = Api::<PersistentVolume>::all(sb.client().unwrap())
+        .get(&pv_name)
+        .await
+        .unwrap();
+    let dir = storage_dir(&sb, &pv);
+    assert!(dir.is_dir(), "the image created {}", dir.display());
+    std::fs::write(dir.join("data.txt"), "user data").unwrap();
+    delete_claim_and_pod(&sb, "data").await;
+    gone(&sb, &pv_name, 30).await;
+    assert!(!dir.exists(), "the storage is gone: {}", dir.display());
+    let jobs = jobs(&sb).await;
+    let dep = deprovision_jobs(&jobs);
+    assert_eq!(dep.len(), 1);
+    let env: Vec<(String, String)> = dep[0]
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0]
+        .env
+        .clone()
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.name, e.value.unwrap_or_default()))
+        .collect();
+    assert!(env.contains(&("ACTION".into(), "deprovision".into())));
+    assert!(
+        env.iter()
+            .any(|(k, v)| k == "DIRECTORY" && v.starts_with("default/data-")),
+        "the recorded parameters: {env:?}"
+    );
+    assert!(env.iter().any(|(k, _)| k == "PV_JSON"));
+}
+
+#[tokio::test]
+async fn retain_keeps_the_storage_and_runs_nothing() {
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    hostpath_class(&sb, "kept", "Retain").await;
+    let c = used_claim(&sb, "data", "kept").await;
+    let pv_name = c.spec.unwrap().volume_name.unwrap();
+    let pvs: Api<PersistentVolume> = Api::all(sb.client().unwrap());
+    let dir = storage_dir(&sb, &pvs.get(&pv_name).await.unwrap());
+    delete_claim_and_pod(&sb, "data").await;
+    eventually(15, "the PV to be Released", || async {
+        (pvs.get(&pv_name).await.ok()?.status?.phase.as_deref() == Some("Released")).then_some(())
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert!(dir.is_dir(), "Retain keeps the storage");
+    assert!(
+        deprovision_jobs(&jobs(&sb).await).is_empty(),
+        "no Job for Retain"
+    );
+    // Deleting a Retain PV runs nothing either; our finalizer lets it go.
+    pvs.delete(&pv_name, &Default::default()).await.unwrap();
+    gone(&sb, &pv_name, 15).await;
+    assert!(dir.is_dir());
+}
+
+#[tokio::test]
+async fn failing_deprovisioning_is_reported_retried_and_keeps_the_pv_until_done() {
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    class(
+        &sb,
+        "sticky",
+        "Immediate",
+        "fail-delete",
+        json!({"node-selector": "kubernetes.io/hostname=node-a"}),
+    )
+    .await;
+    claim(&sb, "data", "sticky").await;
+    let pv_name = bound(&sb, "data", 30)
+        .await
+        .spec
+        .unwrap()
+        .volume_name
+        .unwrap();
+    Api::<PersistentVolumeClaim>::namespaced(sb.client().unwrap(), "default")
+        .delete("data", &Default::default())
+        .await
+        .unwrap();
+    gone(&sb, &pv_name, 60).await;
+    let events =
+        Api::<k8s_openapi::api::core::v1::Event>::namespaced(sb.client().unwrap(), "default")
+            .list(
+                &kube::api::ListParams::default().fields(&format!("involvedObject.name={pv_name}")),
+            )
+            .await
+            .unwrap();
+    let failed: Vec<String> = events
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("VolumeFailedDelete"))
+        .map(|e| e.message.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(failed.len(), 2, "{failed:?}");
+    assert!(
+        failed
+            .iter()
+            .any(|m| m.contains("backend refuses to delete (try 0)")),
+        "{failed:?}"
+    );
+    assert_eq!(
+        deprovision_jobs(&jobs(&sb).await).len(),
+        3,
+        "the PV went after the third Job"
+    );
+}
+
+#[tokio::test]
+async fn deleting_a_bound_pv_cleans_the_storage_before_it_disappears() {
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    hostpath_class(&sb, "local", "Delete").await;
+    let c = used_claim(&sb, "data", "local").await;
+    let pv_name = c.spec.unwrap().volume_name.unwrap();
+    let pvs: Api<PersistentVolume> = Api::all(sb.client().unwrap());
+    let dir = storage_dir(&sb, &pvs.get(&pv_name).await.unwrap());
+    pvs.delete(&pv_name, &Default::default()).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert!(
+        pvs.get_opt(&pv_name).await.unwrap().is_some(),
+        "a bound PV stays while its claim uses it"
+    );
+    assert!(dir.is_dir(), "storage in use is not touched");
+    delete_claim_and_pod(&sb, "data").await;
+    // Our finalizer holds the PV until its storage is gone.
+    gone(&sb, &pv_name, 30).await;
+    assert!(!dir.exists());
+}
+
+#[tokio::test]
+async fn deprovisioning_works_after_the_config_map_is_deleted() {
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    hostpath_class(&sb, "local", "Delete").await;
+    let c = used_claim(&sb, "data", "local").await;
+    let pv_name = c.spec.unwrap().volume_name.unwrap();
+    let dir = storage_dir(
+        &sb,
+        &Api::<PersistentVolume>::all(sb.client().unwrap())
+            .get(&pv_name)
+            .await
+            .unwrap(),
+    );
+    Api::<ConfigMap>::namespaced(sb.client().unwrap(), NS)
+        .delete("local-config", &Default::default())
+        .await
+        .unwrap();
+    delete_claim_and_pod(&sb, "data").await;
+    gone(&sb, &pv_name, 30).await;
+    assert!(!dir.exists());
+}
+
+#[tokio::test]
+async fn a_claim_deleted_while_its_job_runs_leaves_nothing_behind() {
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    class(&sb, "steady", "Immediate", "slow", json!({})).await;
+    let created = claim(&sb, "hasty", "steady").await;
+    eventually(10, "the provisioning Job", || async {
+        (!jobs(&sb).await.is_empty()).then_some(())
+    })
+    .await;
+    Api::<PersistentVolumeClaim>::namespaced(sb.client().unwrap(), "default")
+        .delete("hasty", &Default::default())
+        .await
+        .unwrap();
+    let pv_name = format!("pvc-{}", created.metadata.uid.unwrap());
+    let pvs: Api<PersistentVolume> = Api::all(sb.client().unwrap());
+    eventually(20, "the late PV to appear", || async {
+        pvs.get_opt(&pv_name).await.unwrap().map(|_| ())
+    })
+    .await;
+    gone(&sb, &pv_name, 30).await;
+    assert_eq!(deprovision_jobs(&jobs(&sb).await).len(), 1);
+}
+
+#[tokio::test]
+async fn restarts_during_deprovisioning_deprovision_exactly_once() {
+    let sb = sandbox().await;
+    class(&sb, "steady", "Immediate", "make-pv", json!({})).await;
+    let _c = controller(&sb);
+    let mut names = Vec::new();
+    for i in 0..6 {
+        claim(&sb, &format!("r{i}"), "steady").await;
+    }
+    for i in 0..6 {
+        names.push(
+            bound(&sb, &format!("r{i}"), 30)
+                .await
+                .spec
+                .unwrap()
+                .volume_name
+                .unwrap(),
+        );
+    }
+    _c.abort();
+    for i in 0..6 {
+        Api::<PersistentVolumeClaim>::namespaced(sb.client().unwrap(), "default")
+            .delete(&format!("r{i}"), &Default::default())
+            .await
+            .unwrap();
+    }
+    for ms in [100u64, 300, 700, 1200] {
+        let c = controller(&sb);
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        c.abort();
+        let _ = c.await;
+    }
+    let _c = controller(&sb);
+    for n in &names {
+        gone(&sb, n, 60).await;
+    }
+    let jobs = jobs(&sb).await;
+    for n in &names {
+        let succeeded = deprovision_jobs(&jobs)
+            .into_iter()
+            .filter(|j| &j.metadata.labels.as_ref().unwrap()["flex-provisioner.io/volume"] == n)
+            .filter(|j| j.status.as_ref().and_then(|s| s.succeeded).unwrap_or(0) > 0)
+            .count();
+        assert_eq!(succeeded, 1, "exactly one successful deprovision of {n}");
+    }
+}
