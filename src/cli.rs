@@ -92,6 +92,9 @@ pub struct RunArgs {
     /// Name reported in events (the pod name in a cluster).
     #[arg(long, env = "POD_NAME", default_value = "flex-provisioner")]
     pub instance: String,
+    /// Address of /healthz, /readyz and /metrics.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub metrics_addr: std::net::SocketAddr,
     #[command(flatten)]
     pub common: Common,
 }

@@ -40,6 +40,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     job_ttl_seconds: args.job_ttl,
                     retry_base: std::time::Duration::from_secs(args.retry_base_seconds),
                     instance: args.instance,
+                    metrics_addr: Some(args.metrics_addr),
                 };
                 flex_provisioner::controller::run(client, opts)
                     .await

@@ -24,6 +24,7 @@ pub struct Context {
     pub jobs: Vec<Store<Job>>,
     pub pods: Vec<Store<Pod>>,
     pub configs: Configs,
+    pub metrics: std::sync::Arc<crate::metrics::Metrics>,
     recorder: Recorder,
     said: Mutex<HashSet<String>>,
 }
@@ -52,6 +53,7 @@ impl Context {
             jobs,
             pods,
             configs: Configs::default(),
+            metrics: std::sync::Arc::new(crate::metrics::Metrics::default()),
             said: Mutex::new(HashSet::new()),
         }
     }
@@ -103,25 +105,37 @@ impl Context {
         }
     }
 
-    /// Publishes each notice the first time it is seen.
-    pub async fn tell(&self, on: &ObjectReference, notices: &[Notice]) {
+    /// Publishes each notice the first time it is seen, counting what the metrics count;
+    /// returns the keys that were new.
+    pub async fn tell(&self, on: &ObjectReference, class: &str, notices: &[Notice]) -> Vec<String> {
+        let mut fresh_keys = Vec::new();
         for n in notices {
             let fresh = self
                 .said
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(n.key.clone());
-            if fresh {
-                self.publish(
-                    on,
-                    n.warning,
-                    n.reason,
-                    &n.message,
-                    n.action,
-                    n.related.clone(),
-                )
-                .await;
+            if !fresh {
+                continue;
             }
+            let m = &self.metrics;
+            match n.key.split('/').next().unwrap_or_default() {
+                "succeeded" => m.provision_total.with_label_values(&[class]).inc(),
+                "failed" => m.provision_failed_total.with_label_values(&[class]).inc(),
+                "delete-failed" => m.delete_failed_total.with_label_values(&[class]).inc(),
+                _ => {}
+            }
+            self.publish(
+                on,
+                n.warning,
+                n.reason,
+                &n.message,
+                n.action,
+                n.related.clone(),
+            )
+            .await;
+            fresh_keys.push(n.key.clone());
         }
+        fresh_keys
     }
 }

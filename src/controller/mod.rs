@@ -38,6 +38,8 @@ pub struct Options {
     pub retry_base: Duration,
     /// Who reports events (the pod name in a cluster).
     pub instance: String,
+    /// Where `/healthz`, `/readyz` and `/metrics` are served (`None`: not served).
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// Fails fast, with the permission or object that is missing, before anything starts.
@@ -104,6 +106,38 @@ where
     (store, stream)
 }
 
+/// Keeps the active-Jobs gauge current from the Job cache.
+async fn count_active_jobs(ctx: Arc<Context>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        tick.tick().await;
+        ctx.metrics.active_jobs.reset();
+        for job in ctx.jobs.iter().flat_map(|s| s.state()) {
+            if crate::job::outcome(&job, &[]) != crate::job::JobOutcome::Running {
+                continue;
+            }
+            let class = job
+                .meta()
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(crate::names::ANN_STORAGE_CLASS))
+                .cloned()
+                .unwrap_or_default();
+            let action = job
+                .meta()
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(crate::names::LABEL_ACTION))
+                .cloned()
+                .unwrap_or_default();
+            ctx.metrics
+                .active_jobs
+                .with_label_values(&[&class, &action])
+                .inc();
+        }
+    }
+}
+
 /// Runs until the process is stopped.
 pub async fn run(client: Client, opts: Options) -> crate::Result<()> {
     preflight(&client, &opts).await?;
@@ -159,6 +193,23 @@ pub async fn run(client: Client, opts: Options) -> crate::Result<()> {
         jobs,
         pods,
     ));
+
+    if let Some(addr) = ctx.opts.metrics_addr {
+        let health = Arc::new(crate::http::Health::default());
+        tokio::spawn(crate::http::serve(
+            addr,
+            health.clone(),
+            ctx.metrics.clone(),
+        ));
+        let ready_ctx = ctx.clone();
+        tokio::spawn(async move {
+            ready_ctx.ready().await;
+            health
+                .ready
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+    }
+    tokio::spawn(count_active_jobs(ctx.clone()));
 
     // Volumes: a second controller, triggered by its PVs and its deprovision Jobs.
     let mut volumes_controller = Controller::new(

@@ -53,6 +53,11 @@ pub async fn reconcile(
     );
     if let Some(r) = report {
         let on = r.config_map.object_ref(&());
+        let errors = r.problems.iter().filter(|p| p.is_error()).count() as u64;
+        ctx.metrics
+            .config_errors_total
+            .with_label_values(&[&class])
+            .inc_by(errors);
         for p in &r.problems {
             ctx.event(&on, p.is_error(), reasons::CONFIG_INVALID, &p.to_string())
                 .await;
@@ -112,7 +117,19 @@ pub async fn reconcile(
         now: jiff::Timestamp::now(),
     });
     let on = claim.object_ref(&());
-    ctx.tell(&on, &plan.notices).await;
+    let fresh = ctx.tell(&on, &class, &plan.notices).await;
+    if fresh.iter().any(|k| k.starts_with("succeeded/"))
+        && let Some(created) = claim.metadata.creation_timestamp.as_ref()
+    {
+        let age = jiff::Timestamp::now()
+            .duration_since(created.0)
+            .as_secs_f64()
+            .max(0.0);
+        ctx.metrics
+            .provision_duration
+            .with_label_values(&[&class])
+            .observe(age);
+    }
     let claims: Api<PersistentVolumeClaim> =
         Api::namespaced(ctx.client.clone(), &claim.namespace().unwrap_or_default());
     let claim_name = claim.name_any();
@@ -194,9 +211,7 @@ pub async fn reconcile(
             claims
                 .patch(&claim_name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
-            ctx.tell(
-                &on,
-                &[Notice::normal(
+            ctx.tell(&on, &class, &[Notice::normal(
                     format!("provisioning/{uid}/{attempt}"),
                     reasons::PROVISIONING,
                     format!("External provisioner is provisioning volume for claim \"{}/{claim_name}\" (attempt {attempt}, Job {ns}/{job_name})", claim.namespace().unwrap_or_default()),
@@ -244,6 +259,7 @@ async fn starting_problems(
             );
             ctx.tell(
                 on,
+                "",
                 &[Notice::warning(
                     format!("job-create/{}", job.uid().unwrap_or_default()),
                     reasons::POD_NOT_STARTING,
@@ -260,8 +276,12 @@ async fn starting_problems(
 pub fn error_policy(
     _claim: Arc<PersistentVolumeClaim>,
     error: &crate::Error,
-    _ctx: Arc<Context>,
+    ctx: Arc<Context>,
 ) -> Action {
+    ctx.metrics
+        .reconcile_errors_total
+        .with_label_values(&[error.category()])
+        .inc();
     tracing::warn!(category = error.category(), error = %error, "reconcile failed");
     Action::requeue(Duration::from_secs(5))
 }

@@ -85,7 +85,12 @@ pub async fn reconcile_volume(
         now: jiff::Timestamp::now(),
     });
     let on = pv.object_ref(&());
-    ctx.tell(&on, &plan.notices).await;
+    let class = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.clone())
+        .unwrap_or_default();
+    ctx.tell(&on, &class, &plan.notices).await;
     let pvs: Api<PersistentVolume> = Api::all(ctx.client.clone());
     let other_finalizers: Vec<String> = pv
         .finalizers()
@@ -113,6 +118,27 @@ pub async fn reconcile_volume(
                                             "resourceVersion": pv.resource_version()}});
             pvs.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
+            ctx.metrics.delete_total.with_label_values(&[&class]).inc();
+            let first_job = ctx
+                .jobs
+                .iter()
+                .flat_map(|s| s.state())
+                .filter(|j| {
+                    j.labels().get(LABEL_VOLUME) == Some(&name)
+                        && j.labels().get(LABEL_ACTION).map(String::as_str) == Some("deprovision")
+                })
+                .filter_map(|j| j.metadata.creation_timestamp.as_ref().map(|t| t.0))
+                .min();
+            if let Some(t) = first_job {
+                let took = jiff::Timestamp::now()
+                    .duration_since(t)
+                    .as_secs_f64()
+                    .max(0.0);
+                ctx.metrics
+                    .delete_duration
+                    .with_label_values(&[&class])
+                    .observe(took);
+            }
             if pv.metadata.deletion_timestamp.is_none() {
                 match pvs.delete(&name, &DeleteParams::background()).await {
                     Ok(_) => {}
@@ -131,6 +157,7 @@ pub async fn reconcile_volume(
                     );
                     ctx.tell(
                         &on,
+                        &class,
                         &[Notice::warning(
                             format!("no-recipe/{name}"),
                             reasons::VOLUME_FAILED_DELETE,
@@ -166,8 +193,12 @@ pub async fn reconcile_volume(
 pub fn error_policy_volume(
     _pv: Arc<PersistentVolume>,
     error: &crate::Error,
-    _ctx: Arc<Context>,
+    ctx: Arc<Context>,
 ) -> Action {
+    ctx.metrics
+        .reconcile_errors_total
+        .with_label_values(&[error.category()])
+        .inc();
     tracing::warn!(category = error.category(), error = %error, "volume reconcile failed");
     Action::requeue(Duration::from_secs(5))
 }

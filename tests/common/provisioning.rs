@@ -134,6 +134,7 @@ pub fn options() -> Options {
         job_ttl_seconds: 3600,
         retry_base: Duration::from_millis(300),
         instance: "test".into(),
+        metrics_addr: None,
     }
 }
 

@@ -1,0 +1,70 @@
+//! The controller's HTTP endpoints: `/healthz` (the process serves), `/readyz` (its caches
+//! have synced) and `/metrics`.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+
+use crate::metrics::Metrics;
+
+#[derive(Default)]
+pub struct Health {
+    pub ready: AtomicBool,
+}
+
+fn respond(code: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = code;
+    if let Ok(v) = content_type.parse() {
+        r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+    }
+    r
+}
+
+fn route(path: &str, health: &Health, metrics: &Metrics) -> Response<Full<Bytes>> {
+    match path {
+        "/healthz" | "/livez" => respond(StatusCode::OK, "text/plain", "ok".into()),
+        "/readyz" if health.ready.load(Ordering::Relaxed) => {
+            respond(StatusCode::OK, "text/plain", "ok".into())
+        }
+        "/readyz" => respond(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain",
+            "caches not synced yet".into(),
+        ),
+        "/metrics" => respond(
+            StatusCode::OK,
+            "text/plain; version=0.0.4",
+            metrics.render(),
+        ),
+        _ => respond(StatusCode::NOT_FOUND, "text/plain", "not found".into()),
+    }
+}
+
+/// Serves until the task is dropped.
+pub async fn serve(
+    addr: SocketAddr,
+    health: Arc<Health>,
+    metrics: Arc<Metrics>,
+) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let (health, metrics) = (health.clone(), metrics.clone());
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                let resp = route(req.uri().path(), &health, &metrics);
+                async move { Ok::<_, Infallible>(resp) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
