@@ -70,6 +70,17 @@ pub struct SandboxArgs {
     /// Delay before the Job controller replaces a failed pod (doubles each time), in seconds.
     #[arg(long, default_value_t = 10)]
     pub pod_backoff_seconds: u64,
+    /// Apply the built-in demo: the hostpath example class, a claim and a pod writing to it.
+    #[arg(long)]
+    pub demo: bool,
+    /// Do not run the provisioning controller inside the sandbox.
+    #[arg(long)]
+    pub no_controller: bool,
+    /// Namespace of provisioner ConfigMaps for the in-sandbox controller (repeatable).
+    #[arg(long = "config-namespace", value_name = "NS", default_values_t = vec!["flex-provisioner".to_string()])]
+    pub config_namespaces: Vec<String>,
+    #[command(flatten)]
+    pub common: Common,
 }
 
 #[derive(Debug, Args)]

@@ -26,14 +26,22 @@ impl Document {
 }
 
 pub fn read_documents(path: &Path) -> Result<Vec<Document>, Error> {
-    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| Error::Input {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    parse_documents(&text, &path.display().to_string())
+}
+
+/// The documents of a YAML text; `origin` names it in messages.
+pub fn parse_documents(text: &str, origin: &str) -> Result<Vec<Document>, Error> {
+    let shown = origin.to_owned();
     let input_error = |message: String| Error::Input {
         path: shown.clone(),
         message,
     };
-    let text = std::fs::read_to_string(path).map_err(|e| input_error(e.to_string()))?;
     let mut docs = Vec::new();
-    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+    for doc in serde_yaml_ng::Deserializer::from_str(text) {
         let value =
             Value::deserialize(doc).map_err(|e| input_error(format!("not valid YAML: {e}")))?;
         if value.is_null() {

@@ -6,5 +6,5 @@ mod files;
 mod render;
 
 pub use check::{CheckReport, check_files};
-pub use files::{Document, read_documents};
+pub use files::{Document, parse_documents, read_documents};
 pub use render::{RenderInput, render_files, render_objects};

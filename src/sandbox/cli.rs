@@ -25,16 +25,42 @@ pub fn options(args: &SandboxArgs) -> Result<SandboxOptions, String> {
         image_map,
         pod_backoff: Duration::from_secs(args.pod_backoff_seconds),
         kubeconfig: args.kubeconfig_out.clone(),
+        // Pods call `flex-provisioner volume create`: this very binary.
+        extra_path: std::env::current_exe()
+            .ok()
+            .and_then(|p| p.parent().map(Into::into))
+            .into_iter()
+            .collect(),
         port: args.port,
         ..Default::default()
     })
 }
 
+/// What `--demo` applies: the hostpath example class and a claim with a pod writing to it.
+pub const DEMO: &[(&str, &str)] = &[
+    (
+        "configmaps/hostpath.yaml",
+        include_str!("../../configmaps/hostpath.yaml"),
+    ),
+    (
+        "examples/quickstart.yaml",
+        include_str!("../../examples/quickstart.yaml"),
+    ),
+];
+
 /// Creates every object in the files, in order; returns one line per object.
 pub fn apply_files(sandbox: &Sandbox, files: &[PathBuf]) -> Result<Vec<String>, crate::Error> {
-    let mut lines = Vec::new();
+    let mut docs = Vec::new();
     for file in files {
-        for doc in read_documents(file)? {
+        docs.extend(read_documents(file)?);
+    }
+    Ok(apply_documents(sandbox, docs))
+}
+
+pub fn apply_documents(sandbox: &Sandbox, docs: Vec<crate::offline::Document>) -> Vec<String> {
+    let mut lines = Vec::new();
+    {
+        for doc in docs {
             let api_version = doc.value["apiVersion"].as_str().unwrap_or_default();
             let Some(rid) = resources::by_kind(api_version, &doc.kind) else {
                 lines.push(format!(
@@ -72,7 +98,7 @@ pub fn apply_files(sandbox: &Sandbox, files: &[PathBuf]) -> Result<Vec<String>, 
             }
         }
     }
-    Ok(lines)
+    lines
 }
 
 /// The text shown once the sandbox is up.
@@ -88,15 +114,89 @@ pub fn banner(sandbox: &Sandbox) -> String {
     )
 }
 
+/// Prints each claim's phase as it changes, so a user sees a claim become Bound.
+async fn follow_claims(sandbox: &Sandbox) {
+    let claims = resources::find("", "v1", "persistentvolumeclaims").unwrap_or_default();
+    let mut rx = sandbox.api.store.subscribe();
+    let mut last: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    while let Ok(c) = rx.recv().await {
+        if c.rid != claims {
+            continue;
+        }
+        let o = &c.object;
+        let key = format!(
+            "{}/{}",
+            o["metadata"]["namespace"].as_str().unwrap_or_default(),
+            o["metadata"]["name"].as_str().unwrap_or_default()
+        );
+        let phase = if c.event == super::store::EventType::Deleted {
+            "Deleted".to_owned()
+        } else {
+            o["status"]["phase"]
+                .as_str()
+                .unwrap_or("Pending")
+                .to_owned()
+        };
+        if last.get(&key) != Some(&phase) {
+            let volume = o["spec"]["volumeName"]
+                .as_str()
+                .map(|v| format!(" (volume {v})"))
+                .unwrap_or_default();
+            println!("claim {key}: {phase}{volume}");
+            last.insert(key, phase);
+        }
+    }
+}
+
 pub async fn run(args: &SandboxArgs) -> Result<(), SandboxError> {
     let opts = options(args).map_err(SandboxError::Client)?;
     let sandbox = Sandbox::start(opts).await?;
+    let ns_rid = resources::find("", "v1", "namespaces").unwrap_or_default();
+    for ns in &args.config_namespaces {
+        let _ = sandbox.api.create(
+            ns_rid,
+            "",
+            serde_json::json!({"metadata": {"name": ns}}),
+            &WriteCtx::manager("flex-provisioner"),
+        );
+    }
+    if !args.no_controller {
+        let client = sandbox.client()?;
+        let options = crate::controller::Options {
+            provisioner_name: args.common.provisioner_name.clone(),
+            config_namespaces: args.config_namespaces.clone(),
+            job_ttl_seconds: crate::job::DEFAULT_JOB_TTL_SECONDS,
+            retry_base: Duration::from_secs(10),
+            instance: "sandbox".into(),
+            metrics_addr: None,
+        };
+        tokio::spawn(async move {
+            if let Err(e) = crate::controller::run(client, options).await {
+                eprintln!("error: the controller stopped: {e}");
+            }
+        });
+    }
+    if args.demo {
+        let mut docs = Vec::new();
+        for (origin, text) in DEMO {
+            match crate::offline::parse_documents(text, origin) {
+                Ok(d) => docs.extend(d),
+                Err(e) => eprintln!("error: {e}"),
+            }
+        }
+        apply_documents(&sandbox, docs)
+            .iter()
+            .for_each(|l| println!("{l}"));
+    }
     match apply_files(&sandbox, &args.apply) {
         Ok(lines) => lines.iter().for_each(|l| println!("{l}")),
         Err(e) => eprintln!("error: {e}"),
     }
     println!("{}", banner(&sandbox));
-    let _ = tokio::signal::ctrl_c().await;
+    tokio::select! {
+        _ = follow_claims(&sandbox) => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
     drop(sandbox);
     Ok(())
 }
