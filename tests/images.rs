@@ -1,0 +1,193 @@
+//! The shipped provisioner images' real entrypoints, driven by the shipped example
+//! ConfigMaps through the sandbox: provision -> bind -> write -> deprovision.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::provisioning::{bound, controller_with, options, sandbox, wait_event};
+use common::sandbox::eventually;
+use flex_provisioner::sandbox::Sandbox;
+use flex_provisioner::sandbox::cli::apply_files;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+
+const EXAMPLE_NS: &str = "flex-provisioner";
+
+async fn with_examples(files: &[&str]) -> (Sandbox, tokio::task::JoinHandle<()>) {
+    let sb = sandbox().await;
+    let ctx = flex_provisioner::sandbox::WriteCtx::manager("test");
+    let ns = flex_provisioner::sandbox::resources::find("", "v1", "namespaces").unwrap();
+    sb.api
+        .create(ns, "", json!({"metadata": {"name": EXAMPLE_NS}}), &ctx)
+        .unwrap();
+    let c = controller_with(
+        &sb,
+        flex_provisioner::controller::Options {
+            config_namespaces: vec![EXAMPLE_NS.into()],
+            ..options()
+        },
+    );
+    let files: Vec<PathBuf> = files.iter().map(PathBuf::from).collect();
+    for line in apply_files(&sb, &files).unwrap() {
+        assert!(line.ends_with("created"), "{line}");
+    }
+    (sb, c)
+}
+
+/// A claim of `class` and a pod that writes hello.txt into it; returns the bound claim.
+async fn claim_and_write(sb: &Sandbox, name: &str, class: &str) -> PersistentVolumeClaim {
+    let c = sb.client().unwrap();
+    let pvc: PersistentVolumeClaim = serde_json::from_value(
+        json!({"metadata": {"name": name}, "spec": {"storageClassName": class,
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
+    )
+    .unwrap();
+    Api::<PersistentVolumeClaim>::namespaced(c.clone(), "default")
+        .create(&PostParams::default(), &pvc)
+        .await
+        .unwrap();
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": format!("{name}-writer")}, "spec": {"restartPolicy": "Never",
+        "containers": [{"name": "w", "image": "demo-writer", "volumeMounts": [{"name": "d", "mountPath": "/data"}]}],
+        "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": name}}]}}))
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(c, "default");
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let claim = bound(sb, name, 60).await;
+    eventually(30, "the writer to finish", || async {
+        let p = pods.get(&format!("{name}-writer")).await.ok()?;
+        (p.status?.phase.as_deref() == Some("Succeeded")).then_some(())
+    })
+    .await;
+    pods.delete(&format!("{name}-writer"), &DeleteParams::default())
+        .await
+        .unwrap();
+    claim
+}
+
+async fn delete_and_wait(sb: &Sandbox, name: &str, pv: &str) {
+    Api::<PersistentVolumeClaim>::namespaced(sb.client().unwrap(), "default")
+        .delete(name, &Default::default())
+        .await
+        .unwrap();
+    let pvs: Api<PersistentVolume> = Api::all(sb.client().unwrap());
+    eventually(60, "the PV to be deprovisioned and removed", || async {
+        pvs.get_opt(pv).await.unwrap().is_none().then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn hostpath_provisions_binds_writes_and_removes_the_directory() {
+    let (sb, _c) = with_examples(&["configmaps/hostpath.yaml"]).await;
+    let claim = claim_and_write(&sb, "data", "local-hostpath").await;
+    let pv_name = claim.spec.unwrap().volume_name.unwrap();
+    let pv = Api::<PersistentVolume>::all(sb.client().unwrap())
+        .get(&pv_name)
+        .await
+        .unwrap();
+    let spec = pv.spec.unwrap();
+    let path = spec.local.unwrap().path;
+    let uid = claim.metadata.uid.unwrap();
+    assert_eq!(
+        path,
+        format!("/var/lib/flex-provisioner/volumes/default/data-{uid}")
+    );
+    let node = spec
+        .node_affinity
+        .unwrap()
+        .required
+        .unwrap()
+        .node_selector_terms[0]
+        .match_expressions
+        .as_ref()
+        .unwrap()[0]
+        .values
+        .clone()
+        .unwrap()[0]
+        .clone();
+    let dir = sb.node_root(&node).join(path.trim_start_matches('/'));
+    let written = std::fs::read_to_string(dir.join("hello.txt")).unwrap();
+    assert!(written.starts_with("written by data-writer"), "{written}");
+    delete_and_wait(&sb, "data", &pv_name).await;
+    assert!(!dir.exists(), "the directory is gone");
+}
+
+#[tokio::test]
+async fn hostpath_refuses_a_path_that_escapes_its_base() {
+    let (sb, _c) = with_examples(&["configmaps/hostpath.yaml"]).await;
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(sb.client().unwrap(), EXAMPLE_NS);
+    let patch = json!({"data": {"directory": "../../etc/{{claim.name}}"}});
+    cms.patch(
+        "hostpath-provisioner",
+        &Default::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .unwrap();
+    claim_and_write_pending(&sb, "evil").await;
+    let m = wait_event(&sb, "evil", "ProvisioningFailed", "not retried", 30).await;
+    assert!(
+        m.contains("escapes base-path"),
+        "the image's own message reaches the claim: {m}"
+    );
+    let jobs =
+        Api::<k8s_openapi::api::batch::v1::Job>::namespaced(sb.client().unwrap(), EXAMPLE_NS)
+            .list(&Default::default())
+            .await
+            .unwrap();
+    assert_eq!(jobs.items.len(), 1, "a permanent exit code is not retried");
+}
+
+/// A claim with a consumer pod, without waiting for it to bind.
+async fn claim_and_write_pending(sb: &Sandbox, name: &str) {
+    let c = sb.client().unwrap();
+    let pvc: PersistentVolumeClaim = serde_json::from_value(
+        json!({"metadata": {"name": name}, "spec": {"storageClassName": "local-hostpath",
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
+    )
+    .unwrap();
+    Api::<PersistentVolumeClaim>::namespaced(c.clone(), "default")
+        .create(&PostParams::default(), &pvc)
+        .await
+        .unwrap();
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": format!("{name}-writer")}, "spec": {"restartPolicy": "Never",
+        "containers": [{"name": "w", "image": "demo-writer", "volumeMounts": [{"name": "d", "mountPath": "/data"}]}],
+        "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": name}}]}}))
+    .unwrap();
+    Api::<Pod>::namespaced(c, "default")
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn nfs_subdir_provisions_binds_writes_and_archives() {
+    let (sb, _c) = with_examples(&["configmaps/nfs-subdir.yaml"]).await;
+    let claim = claim_and_write(&sb, "data", "nfs-shared").await;
+    let pv_name = claim.spec.unwrap().volume_name.unwrap();
+    let pv = Api::<PersistentVolume>::all(sb.client().unwrap())
+        .get(&pv_name)
+        .await
+        .unwrap();
+    let nfs = pv.spec.unwrap().nfs.unwrap();
+    assert_eq!(nfs.server, "nfs.storage.example.com");
+    let subdir = format!("shared/default-data-{pv_name}");
+    assert_eq!(nfs.path, format!("/exports/k8s/{subdir}"));
+    // The sandbox keeps an NFS export's files under its work dir.
+    let export = sb.work_dir.join("nfs/nfs.storage.example.com/exports/k8s");
+    assert!(
+        export.join(&subdir).join("hello.txt").is_file(),
+        "the consumer wrote through the NFS volume"
+    );
+    delete_and_wait(&sb, "data", &pv_name).await;
+    assert!(!export.join(&subdir).exists());
+    let archived = export.join(format!("shared/archived-default-data-{pv_name}"));
+    assert!(
+        archived.join("hello.txt").is_file(),
+        "on-delete: archive keeps the data: {}",
+        archived.display()
+    );
+}
