@@ -487,3 +487,31 @@ pub fn outcome(job: &Job, pods: &[&k8s_openapi::api::core::v1::Pod]) -> JobOutco
         at: failed.last_transition_time.as_ref().map(|t| t.0),
     }
 }
+
+/// The attempt number a Job carries (1 when unlabelled).
+pub fn attempt_of(job: &Job) -> u32 {
+    job.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_ATTEMPT))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1)
+}
+
+/// The pods a Job owns, among `pods`.
+pub fn pods_of<'a>(
+    job: &Job,
+    pods: &[&'a k8s_openapi::api::core::v1::Pod],
+) -> Vec<&'a k8s_openapi::api::core::v1::Pod> {
+    let uid = job.metadata.uid.as_deref().unwrap_or_default();
+    pods.iter()
+        .copied()
+        .filter(|p| {
+            p.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|r| r.uid == uid)
+        })
+        .collect()
+}

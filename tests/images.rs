@@ -38,22 +38,8 @@ async fn with_examples(files: &[&str]) -> (Sandbox, tokio::task::JoinHandle<()>)
 
 /// A claim of `class` and a pod that writes hello.txt into it; returns the bound claim.
 async fn claim_and_write(sb: &Sandbox, name: &str, class: &str) -> PersistentVolumeClaim {
-    let c = sb.client().unwrap();
-    let pvc: PersistentVolumeClaim = serde_json::from_value(
-        json!({"metadata": {"name": name}, "spec": {"storageClassName": class,
-        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
-    )
-    .unwrap();
-    Api::<PersistentVolumeClaim>::namespaced(c.clone(), "default")
-        .create(&PostParams::default(), &pvc)
-        .await
-        .unwrap();
-    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": format!("{name}-writer")}, "spec": {"restartPolicy": "Never",
-        "containers": [{"name": "w", "image": "demo-writer", "volumeMounts": [{"name": "d", "mountPath": "/data"}]}],
-        "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": name}}]}}))
-    .unwrap();
-    let pods: Api<Pod> = Api::namespaced(c, "default");
-    pods.create(&PostParams::default(), &pod).await.unwrap();
+    claim_with_writer(sb, name, class).await;
+    let pods: Api<Pod> = Api::namespaced(sb.client().unwrap(), "default");
     let claim = bound(sb, name, 60).await;
     eventually(30, "the writer to finish", || async {
         let p = pods.get(&format!("{name}-writer")).await.ok()?;
@@ -127,7 +113,7 @@ async fn hostpath_refuses_a_path_that_escapes_its_base() {
     )
     .await
     .unwrap();
-    claim_and_write_pending(&sb, "evil").await;
+    claim_with_writer(&sb, "evil", "local-hostpath").await;
     let m = wait_event(&sb, "evil", "ProvisioningFailed", "not retried", 30).await;
     assert!(
         m.contains("escapes base-path"),
@@ -141,11 +127,11 @@ async fn hostpath_refuses_a_path_that_escapes_its_base() {
     assert_eq!(jobs.items.len(), 1, "a permanent exit code is not retried");
 }
 
-/// A claim with a consumer pod, without waiting for it to bind.
-async fn claim_and_write_pending(sb: &Sandbox, name: &str) {
+/// A claim of `class` with a pod that writes hello.txt into it, not waiting for it to bind.
+async fn claim_with_writer(sb: &Sandbox, name: &str, class: &str) {
     let c = sb.client().unwrap();
     let pvc: PersistentVolumeClaim = serde_json::from_value(
-        json!({"metadata": {"name": name}, "spec": {"storageClassName": "local-hostpath",
+        json!({"metadata": {"name": name}, "spec": {"storageClassName": class,
         "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
     )
     .unwrap();

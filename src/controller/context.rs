@@ -74,6 +74,21 @@ impl Context {
         }
     }
 
+    /// What both controllers do with a failed reconcile: count it by category, log it, and
+    /// try again shortly (the error is an API hiccup or a claim we cannot read yet).
+    pub fn error_policy<K>(
+        _object: std::sync::Arc<K>,
+        error: &crate::Error,
+        ctx: std::sync::Arc<Context>,
+    ) -> kube::runtime::controller::Action {
+        ctx.metrics
+            .reconcile_errors_total
+            .with_label_values(&[error.category()])
+            .inc();
+        tracing::warn!(category = error.category(), error = %error, "reconcile failed; retrying");
+        kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(5))
+    }
+
     /// Publishes an event now.
     pub async fn event(&self, on: &ObjectReference, warning: bool, reason: &str, message: &str) {
         self.publish(on, warning, reason, message, "Provision", None)

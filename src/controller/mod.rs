@@ -233,7 +233,7 @@ pub async fn run(client: Client, opts: Options) -> crate::Result<()> {
     let volumes_run = volumes_controller
         .run(
             volumes::reconcile_volume,
-            volumes::error_policy_volume,
+            Context::error_policy,
             ctx.clone(),
         )
         .for_each(|result| async move {
@@ -271,7 +271,7 @@ pub async fn run(client: Client, opts: Options) -> crate::Result<()> {
                 claims_of_class(&by_config, &class)
             },
         )
-        .run(reconcile::reconcile, reconcile::error_policy, ctx)
+        .run(reconcile::reconcile, Context::error_policy, ctx)
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "reconcile failed; it is retried");

@@ -272,16 +272,3 @@ async fn starting_problems(
         }
     }
 }
-
-pub fn error_policy(
-    _claim: Arc<PersistentVolumeClaim>,
-    error: &crate::Error,
-    ctx: Arc<Context>,
-) -> Action {
-    ctx.metrics
-        .reconcile_errors_total
-        .with_label_values(&[error.category()])
-        .inc();
-    tracing::warn!(category = error.category(), error = %error, "reconcile failed");
-    Action::requeue(Duration::from_secs(5))
-}

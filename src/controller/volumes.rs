@@ -189,16 +189,3 @@ pub async fn reconcile_volume(
         }
     })
 }
-
-pub fn error_policy_volume(
-    _pv: Arc<PersistentVolume>,
-    error: &crate::Error,
-    ctx: Arc<Context>,
-) -> Action {
-    ctx.metrics
-        .reconcile_errors_total
-        .with_label_values(&[error.category()])
-        .inc();
-    tracing::warn!(category = error.category(), error = %error, "volume reconcile failed");
-    Action::requeue(Duration::from_secs(5))
-}

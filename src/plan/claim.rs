@@ -8,14 +8,12 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use serde_json::Value;
 
-use super::retry::delay_after;
+use super::retry::{delay_after, wait_remaining};
 use super::{Notice, reasons};
 use crate::claim::{ClaimRequest, NodeInfo};
 use crate::config::ClassConfig;
-use crate::job::{JobOutcome, outcome, pod_failure};
-use crate::names::{
-    ANN_STORAGE_PROVISIONER, ANN_STORAGE_PROVISIONER_BETA, LABEL_ATTEMPT, fnv1a32, pv_name,
-};
+use crate::job::{JobOutcome, attempt_of, outcome, pod_failure, pods_of};
+use crate::names::{ANN_STORAGE_PROVISIONER, ANN_STORAGE_PROVISIONER_BETA, fnv1a32, pv_name};
 use crate::rendered::{Rendered, render_for_claim};
 use crate::volume::{PvCheck, pv_template, verify};
 
@@ -99,15 +97,6 @@ fn annotation<'a>(claim: &'a PersistentVolumeClaim, key: &str) -> Option<&'a str
         .as_ref()?
         .get(key)
         .map(String::as_str)
-}
-
-fn attempt_of(job: &Job) -> u32 {
-    job.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(LABEL_ATTEMPT))
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(1)
 }
 
 fn short_hash(s: &str) -> String {
@@ -339,19 +328,7 @@ pub fn plan_claim(i: &ClaimInputs<'_>) -> Plan {
     let catching_up = latest.is_some_and(|j| attempt_of(j) < recorded);
     let attempt = latest.map(attempt_of).unwrap_or(recorded);
     let latest_outcome = latest.map(|j| {
-        let uid = j.metadata.uid.clone().unwrap_or_default();
-        let pods: Vec<&Pod> = i
-            .pods
-            .iter()
-            .copied()
-            .filter(|p| {
-                p.metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .any(|r| r.uid == uid)
-            })
-            .collect();
+        let pods = pods_of(j, &i.pods);
         notices.extend(pod_notices(attempt_of(j), &pods));
         outcome(j, &pods)
     });
@@ -484,15 +461,7 @@ pub fn plan_claim(i: &ClaimInputs<'_>) -> Plan {
         return start(attempt + 1, notices);
     }
     let wait = delay_after(attempt, i.retry_base);
-    // A failure time in the future (clock skew) counts as just now.
-    let elapsed = at.map_or(wait, |t| {
-        let d = i.now.duration_since(t);
-        if d.is_negative() {
-            Duration::ZERO
-        } else {
-            d.unsigned_abs()
-        }
-    });
+    let remaining = wait_remaining(attempt, i.retry_base, at, i.now);
     notices.push(
         Notice::warning(
             format!("failed/{job_uid}"),
@@ -506,13 +475,13 @@ pub fn plan_claim(i: &ClaimInputs<'_>) -> Plan {
         .about(job)
         .action("Retry"),
     );
-    if elapsed >= wait {
+    if remaining.is_zero() {
         return start(attempt + 1, notices);
     }
     plan(
         Step::Backoff {
             next_attempt: attempt + 1,
-            wait: wait - elapsed,
+            wait: remaining,
         },
         notices,
     )

@@ -19,6 +19,26 @@ pub fn delay_after(attempt: u32, first: Duration) -> Duration {
         .unwrap_or(MAX_RETRY)
 }
 
+/// How much longer to wait after attempt `attempt` failed at `failed_at` (zero: start now).
+/// A failure time in the future (clock skew) counts as just now.
+pub fn wait_remaining(
+    attempt: u32,
+    first: Duration,
+    failed_at: Option<jiff::Timestamp>,
+    now: jiff::Timestamp,
+) -> Duration {
+    let wait = delay_after(attempt, first);
+    let elapsed = failed_at.map_or(wait, |t| {
+        let d = now.duration_since(t);
+        if d.is_negative() {
+            Duration::ZERO
+        } else {
+            d.unsigned_abs()
+        }
+    });
+    wait.saturating_sub(elapsed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

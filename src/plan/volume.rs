@@ -7,10 +7,10 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
 
-use super::retry::delay_after;
+use super::retry::{delay_after, wait_remaining};
 use super::{Notice, reasons};
-use crate::job::{JobOutcome, outcome};
-use crate::names::{ANN_PROVISIONED_BY, FINALIZER_DEPROVISION, LABEL_ATTEMPT};
+use crate::job::{JobOutcome, attempt_of, outcome, pods_of};
+use crate::names::{ANN_PROVISIONED_BY, FINALIZER_DEPROVISION};
 
 /// Set on a PV once its storage is gone (with our finalizer removed in the same write), so
 /// a restarted controller never deprovisions twice.
@@ -58,15 +58,6 @@ pub struct VolumePlan {
 
 fn plan(step: VolumeStep, notices: Vec<Notice>) -> VolumePlan {
     VolumePlan { step, notices }
-}
-
-fn attempt_of(job: &Job) -> u32 {
-    job.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(LABEL_ATTEMPT))
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(1)
 }
 
 pub fn plan_volume(i: &VolumeInputs<'_>) -> VolumePlan {
@@ -130,31 +121,13 @@ pub fn plan_volume(i: &VolumeInputs<'_>) -> VolumePlan {
     };
     let attempt = attempt_of(job);
     let uid = job.metadata.uid.clone().unwrap_or_default();
-    let pods: Vec<&Pod> = i
-        .pods
-        .iter()
-        .copied()
-        .filter(|p| {
-            p.metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .any(|r| r.uid == uid)
-        })
-        .collect();
+    let pods = pods_of(job, &i.pods);
     match outcome(job, &pods) {
         JobOutcome::Running => plan(VolumeStep::Running, vec![]),
         JobOutcome::Succeeded => plan(VolumeStep::Finish, vec![]),
         JobOutcome::Failed { message, at, .. } => {
             let wait = delay_after(attempt, i.retry_base);
-            let elapsed = at.map_or(wait, |t| {
-                let d = i.now.duration_since(t);
-                if d.is_negative() {
-                    Duration::ZERO
-                } else {
-                    d.unsigned_abs()
-                }
-            });
+            let remaining = wait_remaining(attempt, i.retry_base, at, i.now);
             let notice = Notice::warning(
                 format!("delete-failed/{uid}"),
                 reasons::VOLUME_FAILED_DELETE,
@@ -166,7 +139,7 @@ pub fn plan_volume(i: &VolumeInputs<'_>) -> VolumePlan {
             )
             .about(job)
             .action("Deprovision");
-            if elapsed >= wait {
+            if remaining.is_zero() {
                 plan(
                     VolumeStep::Start {
                         attempt: attempt + 1,
@@ -174,12 +147,7 @@ pub fn plan_volume(i: &VolumeInputs<'_>) -> VolumePlan {
                     vec![notice],
                 )
             } else {
-                plan(
-                    VolumeStep::Backoff {
-                        wait: wait - elapsed,
-                    },
-                    vec![notice],
-                )
+                plan(VolumeStep::Backoff { wait: remaining }, vec![notice])
             }
         }
     }

@@ -22,7 +22,6 @@ use super::SandboxOptions;
 use super::api::{Api, DeleteOpts, set_condition};
 use super::controllers::{is_deleting, name_of, ns_of, record_event, rid, uid_of};
 use super::ids;
-use super::store::Write;
 
 const COMPONENT: &str = "kubelet";
 /// How much output a failed container's message keeps with FallbackToLogsOnError.
@@ -257,22 +256,7 @@ impl Kubelet {
     }
 
     fn write_pod(&self, pod: &Value, f: impl FnOnce(&mut Value)) -> Option<Value> {
-        self.api
-            .store
-            .write(rid("", "pods"), ns_of(pod), name_of(pod), |cur, _| {
-                let Some(cur) = cur else {
-                    return Ok(Write::Unchanged(Value::Null));
-                };
-                let mut next = cur.clone();
-                f(&mut next);
-                Ok(if next == *cur {
-                    Write::Unchanged(next)
-                } else {
-                    Write::Put(next)
-                })
-            })
-            .ok()
-            .filter(|v| !v.is_null())
+        super::controllers::modify(&self.api, rid("", "pods"), ns_of(pod), name_of(pod), f)
     }
 
     fn lookup(

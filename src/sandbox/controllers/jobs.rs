@@ -13,7 +13,6 @@ use serde_json::{Value, json};
 use super::{is_deleting, name_of, ns_of, record_event, rid, uid_of};
 use crate::sandbox::api::{Api, DeleteOpts, WriteCtx, set_condition};
 use crate::sandbox::ids;
-use crate::sandbox::store::Write;
 
 const COMPONENT: &str = "job-controller";
 const TRACKING: &str = "batch.kubernetes.io/job-tracking";
@@ -117,20 +116,7 @@ fn judge(job: &Value, pod: &Value) -> Verdict {
 
 impl Jobs {
     fn write_status(&self, api: &Api, job: &Value, f: impl FnOnce(&mut Value)) {
-        let _ = api
-            .store
-            .write(self.jobs, ns_of(job), name_of(job), |cur, _| {
-                let Some(cur) = cur else {
-                    return Ok(Write::Unchanged(Value::Null));
-                };
-                let mut next = cur.clone();
-                f(&mut next);
-                Ok(if next == *cur {
-                    Write::Unchanged(next)
-                } else {
-                    Write::Put(next)
-                })
-            });
+        super::modify(api, self.jobs, ns_of(job), name_of(job), f);
     }
 
     fn owned_pods(&self, api: &Api, job: &Value) -> Vec<Value> {
@@ -147,28 +133,11 @@ impl Jobs {
     }
 
     fn release_pod(&self, api: &Api, pod: &Value) {
-        let _ = api
-            .store
-            .write(self.pods, ns_of(pod), name_of(pod), |cur, _| {
-                let Some(cur) = cur else {
-                    return Ok(Write::Unchanged(Value::Null));
-                };
-                let mut next = cur.clone();
-                if let Some(list) = next["metadata"]["finalizers"].as_array_mut() {
-                    list.retain(|f| f != TRACKING);
-                }
-                if next == *cur {
-                    return Ok(Write::Unchanged(next));
-                }
-                if is_deleting(&next)
-                    && next["metadata"]["finalizers"]
-                        .as_array()
-                        .is_none_or(|a| a.is_empty())
-                {
-                    return Ok(Write::Delete(cur.clone()));
-                }
-                Ok(Write::Put(next))
-            });
+        super::modify(api, self.pods, ns_of(pod), name_of(pod), |next| {
+            if let Some(list) = next["metadata"]["finalizers"].as_array_mut() {
+                list.retain(|f| f != TRACKING);
+            }
+        });
     }
 
     fn delete_pod(&self, api: &Api, job: &Value, pod: &Value) {

@@ -18,7 +18,7 @@ use super::SandboxOptions;
 use super::api::{Api, WriteCtx};
 use super::ids;
 use super::resources::{self, Rid};
-use super::store::Change;
+use super::store::{Change, Write};
 
 pub fn rid(group: &str, plural: &str) -> Rid {
     resources::find(group, "v1", plural)
@@ -41,6 +41,37 @@ pub fn is_deleting(v: &Value) -> bool {
     v["metadata"]
         .get("deletionTimestamp")
         .is_some_and(|t| !t.is_null())
+}
+
+/// Applies `f` to the stored object if it still exists, and returns what is stored. A
+/// deleting object left without finalizers is removed, as the API server would.
+pub fn modify(
+    api: &Api,
+    rid: Rid,
+    ns: &str,
+    name: &str,
+    f: impl FnOnce(&mut Value),
+) -> Option<Value> {
+    api.store
+        .write(rid, ns, name, |cur, _| {
+            let Some(cur) = cur else {
+                return Ok(Write::Unchanged(Value::Null));
+            };
+            let mut next = cur.clone();
+            f(&mut next);
+            if next == *cur {
+                return Ok(Write::Unchanged(next));
+            }
+            let finalized = next["metadata"]["finalizers"]
+                .as_array()
+                .is_none_or(|a| a.is_empty());
+            if is_deleting(&next) && finalized {
+                return Ok(Write::Delete(cur.clone()));
+            }
+            Ok(Write::Put(next))
+        })
+        .ok()
+        .filter(|v| !v.is_null())
 }
 
 /// Records a core/v1 Event about `object`, as the named component.
