@@ -1,1 +1,492 @@
+//! The claim planner, case by case: every branch from objects alone.
 
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::config::{ClassConfig, StorageClassInfo, Verdict, parse_config_map};
+
+const P: &str = "flex-provisioner.io/job";
+const UID: &str = "u-1";
+
+fn config(extra: Value, binding: &str) -> ClassConfig {
+    let mut data = json!({"image": "img:1", "dir": "/v/{{claim.name}}"});
+    if let (Value::Object(d), Value::Object(e)) = (&mut data, extra) {
+        d.extend(e);
+    }
+    let cm = serde_json::from_value(json!({"metadata": {"name": "c", "namespace": "ns",
+        "labels": {"type": "provisioner-config", "storage-class": "silver"}}, "data": data}))
+    .unwrap();
+    let Verdict::Checked {
+        config: Some(p), ..
+    } = parse_config_map(&cm, P)
+    else {
+        panic!("valid config")
+    };
+    let sc = StorageClassInfo {
+        name: "silver".into(),
+        provisioner: P.into(),
+        parameters: BTreeMap::new(),
+        reclaim_policy: "Delete".into(),
+        mount_options: vec![],
+        volume_binding_mode: binding.into(),
+    };
+    ClassConfig::new(*p, sc, P).unwrap()
+}
+
+fn claim(extra: Value) -> PersistentVolumeClaim {
+    let mut v = json!({
+        "metadata": {"name": "data", "namespace": "a", "uid": UID,
+                     "annotations": {"volume.kubernetes.io/storage-provisioner": P}},
+        "spec": {"storageClassName": "silver", "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        "status": {"phase": "Pending"}
+    });
+    merge(&mut v, &extra);
+    serde_json::from_value(v).unwrap()
+}
+
+fn merge(a: &mut Value, b: &Value) {
+    if let (Value::Object(a), Value::Object(b)) = (a, b) {
+        for (k, v) in b {
+            match a.get_mut(k) {
+                Some(x) if x.is_object() && v.is_object() => merge(x, v),
+                _ => {
+                    a.insert(k.clone(), v.clone());
+                }
+            }
+        }
+    }
+}
+
+fn job(attempt: u32, status: Value, inputs: &str) -> Job {
+    serde_json::from_value(json!({"metadata": {"name": format!("provision-{UID}-{attempt}"), "uid": format!("j{attempt}"),
+        "labels": {"flex-provisioner.io/attempt": attempt.to_string()}, "annotations": {ANN_INPUTS: inputs},
+        "creationTimestamp": "2026-01-01T00:00:00Z"}, "status": status}))
+    .unwrap()
+}
+
+fn failed(reason: &str, at: &str) -> Value {
+    json!({"conditions": [{"type": "Failed", "status": "True", "reason": reason, "message": "m", "lastTransitionTime": at}]})
+}
+
+fn complete(at: &str) -> Value {
+    json!({"conditions": [{"type": "Complete", "status": "True"}], "completionTime": at})
+}
+
+fn pod(job_uid: &str, status: Value) -> Pod {
+    serde_json::from_value(json!({"metadata": {"name": "p", "uid": format!("pod-{job_uid}"),
+        "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": job_uid}]}, "status": status}))
+    .unwrap()
+}
+
+fn pv(claim_uid: &str) -> PersistentVolume {
+    serde_json::from_value(json!({"metadata": {"name": format!("pvc-{UID}"), "uid": "pv-1"},
+        "spec": {"claimRef": {"namespace": "a", "name": "data", "uid": claim_uid}, "storageClassName": "silver",
+                 "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "volumeMode": "Filesystem"}}))
+    .unwrap()
+}
+
+struct Case<'a> {
+    claim: PersistentVolumeClaim,
+    config: ConfigState<'a>,
+    jobs: Vec<Job>,
+    pods: Vec<Pod>,
+    pv: Option<PersistentVolume>,
+    active: usize,
+    hash: &'a str,
+    now: &'a str,
+}
+
+fn case(config: &ClassConfig) -> Case<'_> {
+    Case {
+        claim: claim(json!({})),
+        config: ConfigState::Ready(config),
+        jobs: vec![],
+        pods: vec![],
+        pv: None,
+        active: 0,
+        hash: "h1",
+        now: "2026-01-01T00:00:05Z",
+    }
+}
+
+fn run(c: &Case<'_>) -> Plan {
+    plan_claim(&ClaimInputs {
+        claim: &c.claim,
+        provisioner_name: P,
+        config: c.config,
+        jobs: c.jobs.iter().collect(),
+        pods: c.pods.iter().collect(),
+        pv: c.pv.as_ref(),
+        node: None,
+        active_jobs_of_class: c.active,
+        inputs_hash: c.hash,
+        retry_base: Duration::from_secs(10),
+        now: c.now.parse().unwrap(),
+    })
+}
+
+fn starts(p: &Plan) -> Option<u32> {
+    match &p.step {
+        Step::Start { attempt, .. } => Some(*attempt),
+        _ => None,
+    }
+}
+
+#[test]
+fn claims_that_are_not_ours_or_not_pending_are_ignored() {
+    let cfg = config(json!({}), "Immediate");
+    for extra in [
+        json!({"metadata": {"annotations": {"volume.kubernetes.io/storage-provisioner": "example.com/other"}}}),
+        json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}),
+        json!({"spec": {"volumeName": "someone-elses"}, "status": {"phase": "Bound"}}),
+        json!({"status": {"phase": "Lost"}}),
+    ] {
+        let c = Case {
+            claim: claim(extra.clone()),
+            ..case(&cfg)
+        };
+        assert_eq!(run(&c).step, Step::Ignore, "{extra}");
+    }
+    let mut beta = claim(
+        json!({"metadata": {"annotations": {"volume.beta.kubernetes.io/storage-provisioner": P}}}),
+    );
+    beta.metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .remove("volume.kubernetes.io/storage-provisioner");
+    assert_eq!(
+        starts(&run(&Case {
+            claim: beta,
+            ..case(&cfg)
+        })),
+        Some(1),
+        "the beta annotation counts too"
+    );
+}
+
+#[test]
+fn a_fresh_claim_starts_attempt_one() {
+    let cfg = config(json!({}), "Immediate");
+    let p = run(&case(&cfg));
+    assert_eq!(starts(&p), Some(1));
+    let Step::Start {
+        rendered, template, ..
+    } = p.step
+    else {
+        unreachable!()
+    };
+    assert_eq!(rendered.parameters["dir"], "/v/data");
+    assert_eq!(template.metadata.name.as_deref(), Some("pvc-u-1"));
+}
+
+#[test]
+fn unservable_claims_and_configurations_block_with_a_reason() {
+    let cfg = config(json!({}), "Immediate");
+    let c = Case {
+        claim: claim(json!({"spec": {"selector": {"matchLabels": {"a": "b"}}}})),
+        ..case(&cfg)
+    };
+    let p = run(&c);
+    assert_eq!(p.step, Step::Blocked);
+    assert!(
+        p.notices[0].message.contains("spec.selector"),
+        "{:?}",
+        p.notices
+    );
+    let c = Case {
+        config: ConfigState::Unusable("no ConfigMap for silver"),
+        ..case(&cfg)
+    };
+    let p = run(&c);
+    assert_eq!(p.step, Step::Blocked);
+    assert_eq!(p.notices[0].reason, reasons::CONFIG_INVALID);
+    // A template that needs a label the claim lacks.
+    let strict = config(json!({"team": "{{claim.labels.team}}"}), "Immediate");
+    let p = run(&case(&strict));
+    assert_eq!(p.step, Step::Blocked);
+    assert!(
+        p.notices[0].message.contains("claim.labels.team"),
+        "{:?}",
+        p.notices
+    );
+}
+
+#[test]
+fn a_stale_configuration_is_used_with_a_warning() {
+    let cfg = config(json!({}), "Immediate");
+    let c = Case {
+        config: ConfigState::Stale {
+            config: &cfg,
+            problem: "ConfigMap ns/c is invalid",
+        },
+        ..case(&cfg)
+    };
+    let p = run(&c);
+    assert_eq!(starts(&p), Some(1));
+    assert!(p.notices[0].message.contains("last valid configuration"));
+}
+
+#[test]
+fn wait_for_first_consumer_waits_for_a_node() {
+    let cfg = config(json!({}), "WaitForFirstConsumer");
+    assert_eq!(run(&case(&cfg)).step, Step::WaitForNode);
+    let c = Case {
+        claim: claim(
+            json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": "n1"}}}),
+        ),
+        ..case(&cfg)
+    };
+    assert_eq!(starts(&run(&c)), Some(1));
+}
+
+#[test]
+fn a_running_job_is_waited_for_and_its_pods_reported() {
+    let cfg = config(json!({}), "Immediate");
+    let failed_pod = pod(
+        "j1",
+        json!({"phase": "Failed", "containerStatuses": [{"name": "provisioner", "image": "i", "imageID": "", "ready": false,
+        "restartCount": 0, "state": {"terminated": {"exitCode": 1, "message": "disk busy\n"}}}]}),
+    );
+    let pulling = serde_json::from_value::<Pod>(json!({"metadata": {"name": "q", "uid": "pod-q",
+        "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "j1"}]},
+        "status": {"phase": "Pending", "containerStatuses": [{"name": "provisioner", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"waiting": {"reason": "ImagePullBackOff", "message": "not found"}}}]}}))
+    .unwrap();
+    let c = Case {
+        jobs: vec![job(1, json!({}), "h1")],
+        pods: vec![failed_pod, pulling],
+        ..case(&cfg)
+    };
+    let p = run(&c);
+    assert_eq!(p.step, Step::Running { attempt: 1 });
+    let messages: Vec<&str> = p.notices.iter().map(|n| n.message.as_str()).collect();
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("failed with exit code 1: disk busy")),
+        "{messages:?}"
+    );
+    assert!(
+        p.notices.iter().any(
+            |n| n.reason == reasons::POD_NOT_STARTING && n.message.contains("ImagePullBackOff")
+        ),
+        "{messages:?}"
+    );
+}
+
+#[test]
+fn a_right_pv_is_provisioned_and_a_wrong_one_removed() {
+    let cfg = config(json!({}), "Immediate");
+    let c = Case {
+        jobs: vec![job(1, complete("2026-01-01T00:00:04Z"), "h1")],
+        pv: Some(pv(UID)),
+        ..case(&cfg)
+    };
+    let p = run(&c);
+    let Step::Provisioned { patch } = &p.step else {
+        panic!("{:?}", p.step)
+    };
+    let patch = patch.as_ref().expect("bookkeeping is added to a bare PV");
+    assert_eq!(
+        patch["metadata"]["finalizers"],
+        json!(["flex-provisioner.io/deprovision"])
+    );
+    assert_eq!(
+        patch["metadata"]["annotations"]["pv.kubernetes.io/provisioned-by"],
+        P
+    );
+    assert_eq!(p.notices.last().unwrap().reason, reasons::SUCCEEDED);
+    let c = Case {
+        jobs: vec![job(1, complete("2026-01-01T00:00:04Z"), "h1")],
+        pv: Some(pv("someone-else")),
+        ..case(&cfg)
+    };
+    let p = run(&c);
+    assert_eq!(p.step, Step::RemoveWrongPv);
+    assert!(p.notices[0].message.contains("claimRef"), "{:?}", p.notices);
+    // While the Job still runs, a wrong PV may yet be fixed by it: wait.
+    let c = Case {
+        jobs: vec![job(1, json!({}), "h1")],
+        pv: Some(pv("someone-else")),
+        ..case(&cfg)
+    };
+    assert_eq!(run(&c).step, Step::Running { attempt: 1 });
+}
+
+#[test]
+fn transient_failures_back_off_then_retry() {
+    let cfg = config(json!({}), "Immediate");
+    let c = Case {
+        jobs: vec![job(
+            1,
+            failed("BackoffLimitExceeded", "2026-01-01T00:00:00Z"),
+            "h1",
+        )],
+        now: "2026-01-01T00:00:04Z",
+        ..case(&cfg)
+    };
+    let p = run(&c);
+    assert_eq!(
+        p.step,
+        Step::Backoff {
+            next_attempt: 2,
+            wait: Duration::from_secs(6)
+        }
+    );
+    assert!(
+        p.notices
+            .iter()
+            .any(|n| n.message.contains("attempt 2 starts in 10s")),
+        "{:?}",
+        p.notices
+    );
+    let c = Case {
+        jobs: vec![job(
+            1,
+            failed("BackoffLimitExceeded", "2026-01-01T00:00:00Z"),
+            "h1",
+        )],
+        now: "2026-01-01T00:00:11Z",
+        ..case(&cfg)
+    };
+    assert_eq!(starts(&run(&c)), Some(2));
+    // A Job that succeeded without a PV is a failed attempt too.
+    let c = Case {
+        jobs: vec![job(1, complete("2026-01-01T00:00:00Z"), "h1")],
+        now: "2026-01-01T00:01:00Z",
+        ..case(&cfg)
+    };
+    let p = run(&c);
+    assert_eq!(starts(&p), Some(2));
+    assert!(
+        p.notices
+            .iter()
+            .any(|n| n.message.contains("created no PersistentVolume"))
+    );
+}
+
+#[test]
+fn permanent_failures_and_max_attempts_give_up_until_inputs_change() {
+    let cfg = config(json!({}), "Immediate");
+    let c = Case {
+        jobs: vec![job(
+            1,
+            failed("PodFailurePolicy", "2026-01-01T00:00:00Z"),
+            "h1",
+        )],
+        now: "2026-01-02T00:00:00Z",
+        ..case(&cfg)
+    };
+    assert_eq!(run(&c).step, Step::GiveUp);
+    let gave_up = claim(json!({"metadata": {"annotations": {ANN_GAVE_UP: "h1"}}}));
+    let c = Case {
+        claim: gave_up,
+        jobs: vec![job(
+            1,
+            failed("PodFailurePolicy", "2026-01-01T00:00:00Z"),
+            "h1",
+        )],
+        ..case(&cfg)
+    };
+    assert_eq!(run(&c).step, Step::Blocked, "recorded: nothing more to do");
+    let c = Case {
+        jobs: vec![job(
+            1,
+            failed("PodFailurePolicy", "2026-01-01T00:00:00Z"),
+            "h1",
+        )],
+        hash: "h2",
+        ..case(&cfg)
+    };
+    assert_eq!(
+        starts(&run(&c)),
+        Some(2),
+        "the claim or configuration changed: try again"
+    );
+    let limited = config(json!({"max-attempts": "2"}), "Immediate");
+    let c = Case {
+        jobs: vec![
+            job(
+                1,
+                failed("BackoffLimitExceeded", "2026-01-01T00:00:00Z"),
+                "h1",
+            ),
+            job(
+                2,
+                failed("BackoffLimitExceeded", "2026-01-01T00:00:00Z"),
+                "h1",
+            ),
+        ],
+        now: "2026-01-02T00:00:00Z",
+        ..case(&limited)
+    };
+    let p = run(&c);
+    assert_eq!(p.step, Step::GiveUp);
+    assert!(p.notices.iter().any(|n| n.message.contains("max-attempts")));
+}
+
+#[test]
+fn the_recorded_attempt_survives_the_jobs_and_covers_cache_lag() {
+    let cfg = config(json!({}), "Immediate");
+    // Jobs cleaned up by their TTL: the recorded attempt is made again (an existing Job would be adopted).
+    let c = Case {
+        claim: claim(json!({"metadata": {"annotations": {ANN_ATTEMPT: "3"}}})),
+        ..case(&cfg)
+    };
+    assert_eq!(starts(&run(&c)), Some(3));
+    // The cache shows attempt 1 failed while attempt 2 was already started: wait for it.
+    let c = Case {
+        claim: claim(json!({"metadata": {"annotations": {ANN_ATTEMPT: "2"}}})),
+        jobs: vec![job(
+            1,
+            failed("BackoffLimitExceeded", "2026-01-01T00:00:00Z"),
+            "h1",
+        )],
+        now: "2026-01-02T00:00:00Z",
+        ..case(&cfg)
+    };
+    assert_eq!(run(&c).step, Step::Running { attempt: 2 });
+}
+
+#[test]
+fn max_concurrent_throttles_new_jobs() {
+    let cfg = config(json!({"max-concurrent": "2"}), "Immediate");
+    assert_eq!(
+        run(&Case {
+            active: 2,
+            ..case(&cfg)
+        })
+        .step,
+        Step::Throttled
+    );
+    assert_eq!(
+        starts(&run(&Case {
+            active: 1,
+            ..case(&cfg)
+        })),
+        Some(1)
+    );
+}
+
+#[test]
+fn the_inputs_hash_ignores_bookkeeping_annotations() {
+    let cfg = config(json!({}), "Immediate");
+    let plain = crate::claim::ClaimRequest::from_claim(&claim(json!({}))).unwrap();
+    let annotated = crate::claim::ClaimRequest::from_claim(&claim(
+        json!({"metadata": {"annotations": {ANN_ATTEMPT: "4",
+        "pv.kubernetes.io/bind-completed": "yes"}}}),
+    ))
+    .unwrap();
+    assert_eq!(inputs_hash(&cfg, &plain), inputs_hash(&cfg, &annotated));
+    let changed = crate::claim::ClaimRequest::from_claim(&claim(
+        json!({"metadata": {"labels": {"team": "b"}}}),
+    ))
+    .unwrap();
+    assert_ne!(inputs_hash(&cfg, &plain), inputs_hash(&cfg, &changed));
+}
