@@ -303,7 +303,7 @@ async fn a_claim_deleted_while_its_job_runs_leaves_nothing_behind() {
     let _c = controller(&sb);
     class(&sb, "steady", "Immediate", "slow", json!({})).await;
     let created = claim(&sb, "hasty", "steady").await;
-    eventually(10, "the provisioning Job", || async {
+    eventually(30, "the provisioning Job", || async {
         (!jobs(&sb).await.is_empty()).then_some(())
     })
     .await;

@@ -29,7 +29,11 @@ async fn with_examples(files: &[&str]) -> (Sandbox, tokio::task::JoinHandle<()>)
             ..options()
         },
     );
-    let files: Vec<PathBuf> = files.iter().map(PathBuf::from).collect();
+    // The examples' Jobs run as the images' service account.
+    let files: Vec<PathBuf> = std::iter::once("deploy/serviceaccounts.yaml")
+        .chain(files.iter().copied())
+        .map(PathBuf::from)
+        .collect();
     for line in apply_files(&sb, &files).unwrap() {
         assert!(line.ends_with("created"), "{line}");
     }

@@ -611,3 +611,29 @@ async fn health_readiness_and_metrics_are_served() {
         "{metrics}"
     );
 }
+
+/// A Job whose pod cannot even be created (its service account is missing) is reported
+/// within seconds, from the Job controller's FailedCreate event.
+#[tokio::test]
+async fn a_missing_service_account_is_reported_within_seconds() {
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    class(
+        &sb,
+        "nosa",
+        "Immediate",
+        "make-pv",
+        serde_json::json!({"service-account-name": "absent-sa"}),
+    )
+    .await;
+    claim(&sb, "data", "nosa").await;
+    let m = wait_event(
+        &sb,
+        "data",
+        "ProvisionerPodNotStarting",
+        "cannot create its pod",
+        20,
+    )
+    .await;
+    assert!(m.contains("serviceaccount \"absent-sa\" not found"), "{m}");
+}

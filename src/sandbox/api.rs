@@ -127,6 +127,27 @@ impl Api {
         }
     }
 
+    /// The ServiceAccount admission: a pod's service account must exist in its namespace.
+    fn check_service_account(&self, ns: &str, pod: &Value) -> ApiResult<()> {
+        let sa = pod["spec"]["serviceAccountName"]
+            .as_str()
+            .unwrap_or("default");
+        let sas = resources::find("", "v1", "serviceaccounts").unwrap_or_default();
+        if self.store.get(sas, ns, sa).is_some() {
+            return Ok(());
+        }
+        let shown = match meta_str(pod, "generateName") {
+            "" => meta_str(pod, "name").to_owned(),
+            prefix => prefix.to_owned(),
+        };
+        Err(ApiError::new(
+            403,
+            Some("Forbidden"),
+            format!("pods \"{shown}\" is forbidden: error looking up service account {ns}/{sa}: serviceaccount \"{sa}\" not found"),
+        )
+        .with_details(json!({"name": shown, "kind": "pods"})))
+    }
+
     pub fn get(&self, rid: Rid, ns: &str, name: &str) -> ApiResult<Value> {
         let r = resources::get(rid);
         self.store
@@ -303,6 +324,9 @@ impl Api {
         meta.insert("uid".into(), json!(ids::uid()));
         meta.insert("creationTimestamp".into(), json!(ids::now()));
         admission::prepare_create(storage, &mut obj)?;
+        if storage.group.is_empty() && storage.plural == "pods" {
+            self.check_service_account(ns, &obj)?;
+        }
         match fields {
             Some(f) => obj["metadata"]["managedFields"] = f,
             None => managed::record_update(
@@ -324,6 +348,9 @@ impl Api {
             }
             Ok(Write::Put(obj))
         })?;
+        if storage.group.is_empty() && storage.plural == "namespaces" {
+            super::controllers::namespaces::populate(self, &name);
+        }
         Ok(view(r, &stored))
     }
 

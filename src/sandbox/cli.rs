@@ -39,6 +39,10 @@ pub fn options(args: &SandboxArgs) -> Result<SandboxOptions, String> {
 /// What `--demo` applies: the hostpath example class and a claim with a pod writing to it.
 pub const DEMO: &[(&str, &str)] = &[
     (
+        "deploy/serviceaccounts.yaml",
+        include_str!("../../deploy/serviceaccounts.yaml"),
+    ),
+    (
         "configmaps/hostpath.yaml",
         include_str!("../../configmaps/hostpath.yaml"),
     ),

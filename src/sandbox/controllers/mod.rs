@@ -3,7 +3,7 @@
 
 mod gc;
 mod jobs;
-mod namespaces;
+pub(crate) mod namespaces;
 mod pv;
 mod scheduler;
 
@@ -154,7 +154,6 @@ pub fn bootstrap(api: &Api, nodes: &[String]) {
             json!({"metadata": {"name": ns}}),
             &ctx,
         );
-        namespaces::populate(api, ns);
     }
     for node in nodes {
         let _ = api.create(

@@ -1,5 +1,6 @@
 //! Namespace lifecycle: every namespace gets its `default` ServiceAccount and the
-//! `kube-root-ca.crt` ConfigMap; a deleted namespace is emptied, then removed.
+//! `kube-root-ca.crt` ConfigMap (created with the namespace, so a pod created right after it
+//! finds its service account); a deleted namespace is emptied, then removed.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +10,7 @@ use serde_json::{Value, json};
 use super::{is_deleting, name_of, rid};
 use crate::sandbox::api::{Api, DeleteOpts, ListOpts, WriteCtx};
 use crate::sandbox::resources::RESOURCES;
-use crate::sandbox::store::{EventType, Write};
+use crate::sandbox::store::Write;
 
 const MANAGER: &str = "kube-controller-manager";
 
@@ -70,11 +71,6 @@ pub async fn run(api: Arc<Api>) {
         vec![namespaces],
         Duration::from_millis(500),
         |api, changes| {
-            for c in changes {
-                if c.event == EventType::Added {
-                    populate(api, name_of(&c.object));
-                }
-            }
             if changes.is_empty() {
                 let (all, _) = api.store.list(namespaces, None, is_deleting);
                 for ns in &all {
