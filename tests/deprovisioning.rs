@@ -312,13 +312,25 @@ async fn a_claim_deleted_while_its_job_runs_leaves_nothing_behind() {
         .await
         .unwrap();
     let pv_name = format!("pvc-{}", created.metadata.uid.unwrap());
-    let pvs: Api<PersistentVolume> = Api::all(sb.client().unwrap());
-    eventually(20, "the late PV to appear", || async {
-        pvs.get_opt(&pv_name).await.unwrap().map(|_| ())
+    // The PV its pod makes late may come and go between two looks: wait for the outcome.
+    eventually(60, "the provisioning Job to finish", || async {
+        let j = jobs(&sb).await.into_iter().find(|j| {
+            j.metadata.labels.as_ref().unwrap()["flex-provisioner.io/action"] == "provision"
+        })?;
+        j.status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Complete")
+            .then_some(())
     })
     .await;
     gone(&sb, &pv_name, 30).await;
-    assert_eq!(deprovision_jobs(&jobs(&sb).await).len(), 1);
+    eventually(30, "one deprovision Job", || async {
+        (deprovision_jobs(&jobs(&sb).await).len() == 1).then_some(())
+    })
+    .await;
+    let dep = deprovision_jobs(&jobs(&sb).await).len();
+    assert_eq!(dep, 1, "the late PV was deprovisioned exactly once");
 }
 
 #[tokio::test]
