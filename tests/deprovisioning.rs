@@ -151,28 +151,13 @@ async fn delete_class_removes_the_storage_and_the_pv() {
     let jobs = jobs(&sb).await;
     let dep = deprovision_jobs(&jobs);
     assert_eq!(dep.len(), 1);
-    let env: Vec<(String, String)> = dep[0]
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap()
-        .containers[0]
-        .env
-        .clone()
-        .unwrap()
-        .into_iter()
-        .map(|e| (e.name, e.value.unwrap_or_default()))
-        .collect();
-    assert!(env.contains(&("ACTION".into(), "deprovision".into())));
+    let env = common::envs(dep[0]);
+    assert_eq!(env["ACTION"], "deprovision");
     assert!(
-        env.iter()
-            .any(|(k, v)| k == "DIRECTORY" && v.starts_with("default/data-")),
+        env["DIRECTORY"].starts_with("default/data-"),
         "the recorded parameters: {env:?}"
     );
-    assert!(env.iter().any(|(k, _)| k == "PV_JSON"));
+    assert!(env.contains_key("PV_JSON"));
 }
 
 #[tokio::test]
@@ -313,17 +298,7 @@ async fn a_claim_deleted_while_its_job_runs_leaves_nothing_behind() {
         .unwrap();
     let pv_name = format!("pvc-{}", created.metadata.uid.unwrap());
     // The PV its pod makes late may come and go between two looks: wait for the outcome.
-    eventually(60, "the provisioning Job to finish", || async {
-        let j = jobs(&sb).await.into_iter().find(|j| {
-            j.metadata.labels.as_ref().unwrap()["flex-provisioner.io/action"] == "provision"
-        })?;
-        j.status?
-            .conditions?
-            .iter()
-            .any(|c| c.type_ == "Complete")
-            .then_some(())
-    })
-    .await;
+    provisioning_complete(&sb, 60).await;
     gone(&sb, &pv_name, 30).await;
     eventually(30, "one deprovision Job", || async {
         (deprovision_jobs(&jobs(&sb).await).len() == 1).then_some(())

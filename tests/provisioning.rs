@@ -482,23 +482,9 @@ async fn a_claim_deleted_while_its_job_runs_starts_nothing_new() {
     .delete("gone", &Default::default())
     .await
     .unwrap();
-    eventually(20, "the Job to finish", || async {
-        let j = jobs(&sb).await.pop()?;
-        j.status?
-            .conditions?
-            .iter()
-            .any(|c| c.type_ == "Complete")
-            .then_some(())
-    })
-    .await;
+    provisioning_complete(&sb, 20).await;
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-    let provisioning = jobs(&sb)
-        .await
-        .into_iter()
-        .filter(|j| {
-            j.metadata.labels.as_ref().unwrap()["flex-provisioner.io/action"] == "provision"
-        })
-        .count();
+    let provisioning = jobs_of(&sb, "provision").await.len();
     assert_eq!(
         provisioning, 1,
         "no new attempt for a deleted claim (its late PV is deprovisioned instead)"

@@ -243,3 +243,29 @@ pub async fn wait_event(
     )
     .await
 }
+
+/// The Jobs of one action (`provision` or `deprovision`) in the test's config namespace.
+pub async fn jobs_of(sb: &Sandbox, action: &str) -> Vec<Job> {
+    jobs(sb)
+        .await
+        .into_iter()
+        .filter(|j| {
+            j.metadata.labels.as_ref().is_some_and(|l| {
+                l.get("flex-provisioner.io/action").map(String::as_str) == Some(action)
+            })
+        })
+        .collect()
+}
+
+/// Waits until a provisioning Job has completed.
+pub async fn provisioning_complete(sb: &Sandbox, secs: u64) {
+    eventually(secs, "the provisioning Job to complete", || async {
+        let j = jobs_of(sb, "provision").await.pop()?;
+        j.status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Complete")
+            .then_some(())
+    })
+    .await;
+}
