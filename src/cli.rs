@@ -106,6 +106,12 @@ pub struct RunArgs {
     /// Address of /healthz, /readyz and /metrics.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub metrics_addr: std::net::SocketAddr,
+    /// Act at once, without taking the leader Lease (only when one instance can run).
+    #[arg(long)]
+    pub no_leader_elect: bool,
+    /// Seconds a leader's Lease lasts without renewal before another instance takes over.
+    #[arg(long, default_value_t = 15)]
+    pub lease_seconds: u64,
     #[command(flatten)]
     pub common: Common,
 }

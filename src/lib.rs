@@ -8,6 +8,7 @@ pub mod config;
 pub mod controller;
 pub mod http;
 pub mod job;
+pub mod leader;
 pub mod metrics;
 pub mod names;
 pub mod offline;
@@ -36,6 +37,8 @@ pub enum Error {
     Input { path: String, message: String },
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
+    #[error("leadership was lost; stopping so that only the new leader acts")]
+    LeadershipLost,
 }
 
 impl Error {
@@ -47,6 +50,7 @@ impl Error {
             Error::Render(_) => "template",
             Error::Input { .. } => "input",
             Error::Kube(_) => "api",
+            Error::LeadershipLost => "leader",
         }
     }
 }

@@ -34,6 +34,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 let client = kube::Client::try_default()
                     .await
                     .context("cannot reach the Kubernetes API (set KUBECONFIG, or run in a pod)")?;
+                let leader =
+                    (!args.no_leader_elect).then(|| flex_provisioner::leader::LeaderOptions {
+                        namespace: args.config_namespaces[0].clone(),
+                        lease_name: "flex-provisioner".into(),
+                        identity: args.instance.clone(),
+                        lease_duration: std::time::Duration::from_secs(args.lease_seconds.max(3)),
+                    });
                 let opts = flex_provisioner::controller::Options {
                     provisioner_name: args.common.provisioner_name,
                     config_namespaces: args.config_namespaces,
@@ -41,6 +48,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     retry_base: std::time::Duration::from_secs(args.retry_base_seconds),
                     instance: args.instance,
                     metrics_addr: Some(args.metrics_addr),
+                    leader,
                 };
                 flex_provisioner::controller::run(client, opts)
                     .await

@@ -623,3 +623,69 @@ async fn a_missing_service_account_is_reported_within_seconds() {
     .await;
     assert!(m.contains("serviceaccount \"absent-sa\" not found"), "{m}");
 }
+
+/// Two controllers: only the Lease holder acts; when it dies, the other takes over once the
+/// Lease expires, and nothing is done twice.
+#[tokio::test]
+async fn leader_election_lets_one_controller_act_and_fails_over() {
+    use flex_provisioner::leader::LeaderOptions;
+    use k8s_openapi::api::coordination::v1::Lease;
+    let sb = sandbox().await;
+    let leader = |id: &str| LeaderOptions {
+        namespace: NS.into(),
+        lease_name: "flex-provisioner".into(),
+        identity: id.into(),
+        lease_duration: std::time::Duration::from_secs(2),
+    };
+    let holder = |sb: &flex_provisioner::sandbox::Sandbox| {
+        let leases: kube::Api<Lease> = kube::Api::namespaced(sb.client().unwrap(), NS);
+        async move {
+            leases
+                .get_opt("flex-provisioner")
+                .await
+                .ok()??
+                .spec?
+                .holder_identity
+        }
+    };
+    let first = controller_with(
+        &sb,
+        Options {
+            leader: Some(leader("first")),
+            ..options()
+        },
+    );
+    eventually(10, "the first controller to lead", || async {
+        (holder(&sb).await.as_deref() == Some("first")).then_some(())
+    })
+    .await;
+    let _second = controller_with(
+        &sb,
+        Options {
+            leader: Some(leader("second")),
+            ..options()
+        },
+    );
+    class(&sb, "fast", "Immediate", "make-pv", serde_json::json!({})).await;
+    claim(&sb, "one", "fast").await;
+    bound(&sb, "one", 30).await;
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert_eq!(
+        holder(&sb).await.as_deref(),
+        Some("first"),
+        "the leader keeps its lease while it renews"
+    );
+    first.abort();
+    let _ = first.await;
+    eventually(20, "the second controller to take over", || async {
+        (holder(&sb).await.as_deref() == Some("second")).then_some(())
+    })
+    .await;
+    claim(&sb, "two", "fast").await;
+    bound(&sb, "two", 30).await;
+    assert_eq!(
+        jobs_of(&sb, "provision").await.len(),
+        2,
+        "one Job per claim, whoever led"
+    );
+}

@@ -40,6 +40,8 @@ pub struct Options {
     pub instance: String,
     /// Where `/healthz`, `/readyz` and `/metrics` are served (`None`: not served).
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Leader election: only the lease holder acts (`None`: act at once, alone).
+    pub leader: Option<crate::leader::LeaderOptions>,
 }
 
 /// Fails fast, with the permission or object that is missing, before anything starts.
@@ -141,6 +143,11 @@ async fn count_active_jobs(ctx: Arc<Context>) {
 /// Runs until the process is stopped.
 pub async fn run(client: Client, opts: Options) -> crate::Result<()> {
     preflight(&client, &opts).await?;
+    if let Some(l) = &opts.leader {
+        crate::leader::acquire(&client, l).await;
+    }
+    let leader = opts.leader.clone();
+    let lease_client = client.clone();
     let ours = format!("{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}");
     let cfg_selector = format!("{LABEL_CONFIG_TYPE}={CONFIG_TYPE_VALUE}");
     let (classes, classes_stream) = reflect(
@@ -277,6 +284,19 @@ pub async fn run(client: Client, opts: Options) -> crate::Result<()> {
                 tracing::debug!(error = %e, "reconcile failed; it is retried");
             }
         });
-    futures::join!(claims_run, volumes_run);
-    Ok(())
+    let controllers = async {
+        futures::join!(claims_run, volumes_run);
+    };
+    match leader {
+        Some(l) => {
+            tokio::select! {
+                _ = controllers => Ok(()),
+                _ = crate::leader::hold(&lease_client, &l) => Err(crate::Error::LeadershipLost),
+            }
+        }
+        None => {
+            controllers.await;
+            Ok(())
+        }
+    }
 }

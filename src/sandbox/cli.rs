@@ -173,6 +173,7 @@ pub async fn run(args: &SandboxArgs) -> Result<(), SandboxError> {
             retry_base: Duration::from_secs(10),
             instance: "sandbox".into(),
             metrics_addr: None,
+            leader: None,
         };
         tokio::spawn(async move {
             if let Err(e) = crate::controller::run(client, options).await {

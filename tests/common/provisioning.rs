@@ -135,6 +135,7 @@ pub fn options() -> Options {
         retry_base: Duration::from_millis(300),
         instance: "test".into(),
         metrics_addr: None,
+        leader: None,
     }
 }
 
