@@ -173,12 +173,7 @@ pub fn deprovision_job(
     let volume = pv.metadata.name.clone().unwrap_or_default();
     let spec = pv.spec.clone().unwrap_or_default();
     let claim = spec.claim_ref.clone().unwrap_or_default();
-    let capacity = spec
-        .capacity
-        .as_ref()
-        .and_then(|c| c.get("storage"))
-        .map(|q| q.0.clone())
-        .unwrap_or_default();
+    let capacity = crate::volume::storage_capacity(&spec);
     let bytes = crate::quantity::parse_bytes(&capacity)
         .map(|b| b.to_string())
         .unwrap_or_default();

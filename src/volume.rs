@@ -149,12 +149,7 @@ pub fn verify(pv: &PersistentVolume, claim: &ClaimRequest, template: &Persistent
             want.storage_class_name.unwrap_or_default()
         ));
     }
-    let capacity = spec
-        .capacity
-        .as_ref()
-        .and_then(|c| c.get("storage"))
-        .map(|q| q.0.clone())
-        .unwrap_or_default();
+    let capacity = storage_capacity(&spec);
     match crate::quantity::parse_bytes(&capacity) {
         Ok(b) if b >= claim.bytes => {}
         _ => {
@@ -214,4 +209,13 @@ fn bookkeeping_patch(
         meta.insert("finalizers".into(), serde_json::json!(finalizers));
     }
     Some(serde_json::json!({ "metadata": meta }))
+}
+
+/// The PV's `capacity.storage` as written, or empty when it has none.
+pub fn storage_capacity(spec: &k8s_openapi::api::core::v1::PersistentVolumeSpec) -> String {
+    spec.capacity
+        .as_ref()
+        .and_then(|c| c.get("storage"))
+        .map(|q| q.0.clone())
+        .unwrap_or_default()
 }
