@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::path::PathBuf;
-
 use common::provisioning::*;
 use common::sandbox::eventually;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim};
@@ -46,37 +44,6 @@ async fn used_claim(
         .await
         .unwrap();
     bound(sb, name, 30).await
-}
-
-fn storage_dir(sb: &flex_provisioner::sandbox::Sandbox, pv: &PersistentVolume) -> PathBuf {
-    let node = pv
-        .spec
-        .as_ref()
-        .unwrap()
-        .node_affinity
-        .as_ref()
-        .unwrap()
-        .required
-        .as_ref()
-        .unwrap()
-        .node_selector_terms[0]
-        .match_expressions
-        .as_ref()
-        .unwrap()[0]
-        .values
-        .as_ref()
-        .unwrap()[0]
-        .clone();
-    let path = pv
-        .spec
-        .as_ref()
-        .unwrap()
-        .local
-        .as_ref()
-        .unwrap()
-        .path
-        .clone();
-    sb.node_root(&node).join(path.trim_start_matches('/'))
 }
 
 async fn delete_claim_and_pod(sb: &flex_provisioner::sandbox::Sandbox, name: &str) {

@@ -5,7 +5,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::provisioning::{bound, controller_with, options, sandbox, wait_event};
+use common::provisioning::{bound, controller_with, options, sandbox, storage_dir, wait_event};
 use common::sandbox::eventually;
 use flex_provisioner::sandbox::Sandbox;
 use flex_provisioner::sandbox::cli::apply_files;
@@ -77,27 +77,21 @@ async fn hostpath_provisions_binds_writes_and_removes_the_directory() {
         .get(&pv_name)
         .await
         .unwrap();
-    let spec = pv.spec.unwrap();
-    let path = spec.local.unwrap().path;
+    let path = pv
+        .spec
+        .as_ref()
+        .unwrap()
+        .local
+        .as_ref()
+        .unwrap()
+        .path
+        .clone();
     let uid = claim.metadata.uid.unwrap();
     assert_eq!(
         path,
         format!("/var/lib/flex-provisioner/volumes/default/data-{uid}")
     );
-    let node = spec
-        .node_affinity
-        .unwrap()
-        .required
-        .unwrap()
-        .node_selector_terms[0]
-        .match_expressions
-        .as_ref()
-        .unwrap()[0]
-        .values
-        .clone()
-        .unwrap()[0]
-        .clone();
-    let dir = sb.node_root(&node).join(path.trim_start_matches('/'));
+    let dir = storage_dir(&sb, &pv);
     let written = std::fs::read_to_string(dir.join("hello.txt")).unwrap();
     assert!(written.starts_with("written by data-writer"), "{written}");
     delete_and_wait(&sb, "data", &pv_name).await;

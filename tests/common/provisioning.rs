@@ -270,3 +270,36 @@ pub async fn provisioning_complete(sb: &Sandbox, secs: u64) {
     })
     .await;
 }
+
+/// Where a node-local PV's directory lives on the sandbox host: the node from its affinity,
+/// the path from its `local` source.
+pub fn storage_dir(sb: &Sandbox, pv: &PersistentVolume) -> PathBuf {
+    let node = pv
+        .spec
+        .as_ref()
+        .unwrap()
+        .node_affinity
+        .as_ref()
+        .unwrap()
+        .required
+        .as_ref()
+        .unwrap()
+        .node_selector_terms[0]
+        .match_expressions
+        .as_ref()
+        .unwrap()[0]
+        .values
+        .as_ref()
+        .unwrap()[0]
+        .clone();
+    let path = pv
+        .spec
+        .as_ref()
+        .unwrap()
+        .local
+        .as_ref()
+        .unwrap()
+        .path
+        .clone();
+    sb.node_root(&node).join(path.trim_start_matches('/'))
+}
