@@ -5,7 +5,9 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::provisioning::{bound, controller_with, options, sandbox, storage_dir, wait_event};
+use common::provisioning::{
+    bound, controller_with, local_path, options, sandbox, storage_dir, wait_event,
+};
 use common::sandbox::eventually;
 use flex_provisioner::sandbox::Sandbox;
 use flex_provisioner::sandbox::cli::apply_files;
@@ -77,15 +79,7 @@ async fn hostpath_provisions_binds_writes_and_removes_the_directory() {
         .get(&pv_name)
         .await
         .unwrap();
-    let path = pv
-        .spec
-        .as_ref()
-        .unwrap()
-        .local
-        .as_ref()
-        .unwrap()
-        .path
-        .clone();
+    let path = local_path(&pv);
     let uid = claim.metadata.uid.unwrap();
     assert_eq!(
         path,

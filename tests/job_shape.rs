@@ -421,16 +421,7 @@ fn user_text_reaches_the_pod_byte_for_byte_and_never_a_shell() {
     let pvc = claim("team-a", "data").annotation("note", &evil).build();
     let (job, _) = produce(&cm, &silver(), &pvc, None, 1);
     assert_eq!(env(&job, "NOTE").as_deref(), Some(evil.as_str()));
-    let c = job
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap()
-        .containers[0]
-        .clone();
+    let c = container(&job);
     assert_eq!(c.args, Some(vec![evil.clone()]), "one argv entry, unsplit");
     let params: serde_json::Value =
         serde_json::from_str(&env(&job, "PARAMETERS").unwrap()).unwrap();
@@ -446,7 +437,7 @@ fn user_text_reaches_the_pod_byte_for_byte_and_never_a_shell() {
     assert_eq!(String::from_utf8(out.stdout).unwrap(), format!("{evil}\n"));
     let out = Command::new("printf")
         .arg("%s")
-        .args(c.args.unwrap())
+        .args(c.args.clone().unwrap())
         .output()
         .unwrap();
     assert_eq!(String::from_utf8(out.stdout).unwrap(), evil);

@@ -557,26 +557,31 @@ async fn watches_replay_and_watchers_recover_from_410() {
     assert!(seen.contains(&"after".to_string()), "{seen:?}");
 }
 
-#[tokio::test]
-async fn garbage_collection_and_propagation() {
-    let sb = start().await;
-    let cms: Api<ConfigMap> = Api::namespaced(sb.client().unwrap(), "default");
-    let owner = cms
-        .create(&PostParams::default(), &cm("owner", json!({})))
+/// Creates ConfigMap `owner` and ConfigMap `dependent` owned by it.
+async fn owner_and_dependent(cms: &Api<ConfigMap>, owner: &str, dependent: &str, block: bool) {
+    let created = cms
+        .create(&PostParams::default(), &cm(owner, json!({})))
         .await
         .unwrap();
-    let mut dep = cm("dep", json!({}));
+    let mut dep = cm(dependent, json!({}));
     dep.metadata.owner_references = Some(vec![
         k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
             api_version: "v1".into(),
             kind: "ConfigMap".into(),
-            name: "owner".into(),
-            uid: owner.metadata.uid.clone().unwrap(),
-            block_owner_deletion: Some(true),
+            name: owner.into(),
+            uid: created.metadata.uid.unwrap(),
+            block_owner_deletion: block.then_some(true),
             ..Default::default()
         },
     ]);
     cms.create(&PostParams::default(), &dep).await.unwrap();
+}
+
+#[tokio::test]
+async fn garbage_collection_and_propagation() {
+    let sb = start().await;
+    let cms: Api<ConfigMap> = Api::namespaced(sb.client().unwrap(), "default");
+    owner_and_dependent(&cms, "owner", "dep", true).await;
     cms.delete("owner", &DeleteParams::foreground())
         .await
         .unwrap();
@@ -587,21 +592,7 @@ async fn garbage_collection_and_propagation() {
     })
     .await;
     // Orphaning releases the dependent.
-    let owner = cms
-        .create(&PostParams::default(), &cm("owner2", json!({})))
-        .await
-        .unwrap();
-    let mut dep = cm("dep2", json!({}));
-    dep.metadata.owner_references = Some(vec![
-        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
-            api_version: "v1".into(),
-            kind: "ConfigMap".into(),
-            name: "owner2".into(),
-            uid: owner.metadata.uid.clone().unwrap(),
-            ..Default::default()
-        },
-    ]);
-    cms.create(&PostParams::default(), &dep).await.unwrap();
+    owner_and_dependent(&cms, "owner2", "dep2", false).await;
     cms.delete("owner2", &DeleteParams::orphan()).await.unwrap();
     let kept = eventually(5, "the orphan released", || async {
         cms.get_opt("dep2")

@@ -10,11 +10,14 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
 
-fn job(name: &str, image: &str, extra: serde_json::Value) -> Job {
+/// Creates a Job running `image` with `extra` merged into its spec.
+async fn create_job(jobs: &Api<Job>, name: &str, image: &str, extra: serde_json::Value) {
     let mut spec = json!({"template": {"spec": {"restartPolicy": "Never",
         "containers": [{"name": "main", "image": image, "terminationMessagePolicy": "FallbackToLogsOnError"}]}}});
     json_patch::merge(&mut spec, &extra);
-    serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
+    let job: Job =
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap();
+    jobs.create(&PostParams::default(), &job).await.unwrap();
 }
 
 /// (type, reason) of the Job's True conditions, once it has finished.
@@ -68,9 +71,7 @@ async fn job_success_conditions_pods_and_events() {
     let sb = start().await;
     let c = sb.client().unwrap();
     let jobs: Api<Job> = Api::namespaced(c.clone(), "default");
-    jobs.create(&PostParams::default(), &job("ok", "ok", json!({})))
-        .await
-        .unwrap();
+    create_job(&jobs, "ok", "ok", json!({})).await;
     assert_eq!(
         finished(&jobs, "ok").await,
         [
@@ -120,23 +121,11 @@ async fn job_backoff_limit_deadline_and_pod_failure_policy() {
     let c = sb.client().unwrap();
     let jobs: Api<Job> = Api::namespaced(c.clone(), "default");
     let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
-    jobs.create(
-        &PostParams::default(),
-        &job("retry", "fail", json!({"backoffLimit": 2})),
-    )
-    .await
-    .unwrap();
-    jobs.create(
-        &PostParams::default(),
-        &job("slow", "sleep", json!({"activeDeadlineSeconds": 1})),
-    )
-    .await
-    .unwrap();
+    create_job(&jobs, "retry", "fail", json!({"backoffLimit": 2})).await;
+    create_job(&jobs, "slow", "sleep", json!({"activeDeadlineSeconds": 1})).await;
     let pfp = json!({"backoffLimit": 5, "podFailurePolicy": {"rules": [
         {"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "In", "values": [2]}}]}});
-    jobs.create(&PostParams::default(), &job("perm", "permanent", pfp))
-        .await
-        .unwrap();
+    create_job(&jobs, "perm", "permanent", pfp).await;
 
     assert_eq!(
         finished(&jobs, "retry").await,
@@ -207,12 +196,7 @@ async fn ttl_deletes_the_job_and_its_pods() {
     let c = sb.client().unwrap();
     let jobs: Api<Job> = Api::namespaced(c.clone(), "default");
     let pods: Api<Pod> = Api::namespaced(c, "default");
-    jobs.create(
-        &PostParams::default(),
-        &job("brief", "ok", json!({"ttlSecondsAfterFinished": 1})),
-    )
-    .await
-    .unwrap();
+    create_job(&jobs, "brief", "ok", json!({"ttlSecondsAfterFinished": 1})).await;
     finished(&jobs, "brief").await;
     eventually(15, "the job and its pods to be deleted", || async {
         (jobs.get_opt("brief").await.unwrap().is_none() && pods_of(&pods, "brief").await.is_empty())
@@ -228,12 +212,7 @@ async fn pod_runner_reports_what_a_kubelet_reports() {
     let jobs: Api<Job> = Api::namespaced(c.clone(), "default");
     let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
     // Without a termination log, FallbackToLogsOnError shows the tail of the output.
-    jobs.create(
-        &PostParams::default(),
-        &job("noisy", "noisy-fail", json!({"backoffLimit": 0})),
-    )
-    .await
-    .unwrap();
+    create_job(&jobs, "noisy", "noisy-fail", json!({"backoffLimit": 0})).await;
     finished(&jobs, "noisy").await;
     let t = terminated(&pods_of(&pods, "noisy").await[0]);
     assert_eq!(t.exit_code, 3);
@@ -256,12 +235,7 @@ async fn pod_runner_reports_what_a_kubelet_reports() {
     assert!(logs.contains("line 0") && logs.contains("last words"));
 
     // An image nothing maps to fails like an unpullable image.
-    jobs.create(
-        &PostParams::default(),
-        &job("ghost", "registry.example.com/ghost:1.0", json!({})),
-    )
-    .await
-    .unwrap();
+    create_job(&jobs, "ghost", "registry.example.com/ghost:1.0", json!({})).await;
     let waiting = eventually(10, "ErrImagePull", || async {
         let p = pods_of(&pods, "ghost").await.into_iter().next()?;
         let w = p
@@ -298,9 +272,7 @@ async fn pod_runner_reports_what_a_kubelet_reports() {
     // A missing secret is a CreateContainerConfigError.
     let secret_env = json!({"template": {"spec": {"containers": [{"name": "main", "image": "ok",
         "env": [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "absent", "key": "t"}}}]}]}}});
-    jobs.create(&PostParams::default(), &job("nosecret", "ok", secret_env))
-        .await
-        .unwrap();
+    create_job(&jobs, "nosecret", "ok", secret_env).await;
     let waiting = eventually(10, "CreateContainerConfigError", || async {
         let p = pods_of(&pods, "nosecret").await.into_iter().next()?;
         p.status?
@@ -325,9 +297,7 @@ async fn pod_runner_reports_what_a_kubelet_reports() {
         "env": [{"name": "PLAIN", "value": "$(not expanded) \"q\""},
                 {"name": "MY_NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
                 {"name": "MY_NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}]}]}}});
-    jobs.create(&PostParams::default(), &job("env", "env", env_job))
-        .await
-        .unwrap();
+    create_job(&jobs, "env", "env", env_job).await;
     finished(&jobs, "env").await;
     let p = pods_of(&pods, "env").await.remove(0);
     let node = p.spec.unwrap().node_name.unwrap();

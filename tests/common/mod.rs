@@ -173,17 +173,22 @@ pub fn env(job: &Job, name: &str) -> Option<String> {
     envs(job).get(name).cloned()
 }
 
-pub fn envs(job: &Job) -> BTreeMap<String, String> {
-    let c = &job
-        .spec
+/// The Job's (only) container.
+pub fn container(job: &Job) -> &k8s_openapi::api::core::v1::Container {
+    &job.spec
         .as_ref()
         .unwrap()
         .template
         .spec
         .as_ref()
         .unwrap()
-        .containers[0];
-    c.env
+        .containers[0]
+}
+
+/// Every env var of the Job's container, by name.
+pub fn envs(job: &Job) -> BTreeMap<String, String> {
+    container(job)
+        .env
         .iter()
         .flatten()
         .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))

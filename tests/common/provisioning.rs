@@ -292,14 +292,18 @@ pub fn storage_dir(sb: &Sandbox, pv: &PersistentVolume) -> PathBuf {
         .as_ref()
         .unwrap()[0]
         .clone();
-    let path = pv
-        .spec
+    let path = local_path(pv);
+    sb.node_root(&node).join(path.trim_start_matches('/'))
+}
+
+/// The path of a PV's `local` source.
+pub fn local_path(pv: &PersistentVolume) -> String {
+    pv.spec
         .as_ref()
         .unwrap()
         .local
         .as_ref()
         .unwrap()
         .path
-        .clone();
-    sb.node_root(&node).join(path.trim_start_matches('/'))
+        .clone()
 }
