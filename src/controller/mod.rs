@@ -1,9 +1,11 @@
 //! The provisioning controller's wiring (kube-runtime): reflector stores for classes,
 //! provisioner ConfigMaps, our Jobs and their pods, and PVs; a claim controller triggered
-//! by changes to any of them. Decisions are made in `plan`; this module fetches and applies.
+//! by changes to any of them and a volume controller triggered by PVs and Jobs, both fed
+//! from the same watches. Decisions are made in `plan`; this module fetches and applies.
 
 mod configs;
 mod context;
+mod fan_out;
 mod reconcile;
 mod volumes;
 
@@ -218,25 +220,21 @@ pub async fn run(client: Client, opts: Options) -> crate::Result<()> {
     }
     tokio::spawn(count_active_jobs(ctx.clone()));
 
+    // PVs and our Jobs trigger both controllers from one watch each.
+    let ([volumes_for_claims, volumes_for_volumes], share_volumes) =
+        fan_out::fan_out::<PersistentVolume, 2>(volumes_stream);
+    let ([jobs_for_claims, jobs_for_volumes], share_jobs) =
+        fan_out::fan_out::<Job, 2>(futures::stream::select_all(job_streams));
+
     // Volumes: a second controller, triggered by its PVs and its deprovision Jobs.
-    let mut volumes_controller = Controller::new(
-        Api::<PersistentVolume>::all(ctx.client.clone()),
-        watcher::Config::default(),
-    );
-    for ns in &ctx.opts.config_namespaces {
-        let jobs_api = Api::<Job>::namespaced(ctx.client.clone(), ns);
-        volumes_controller = volumes_controller.watches(
-            jobs_api,
-            watcher::Config::default().labels(&ours),
-            |job: Job| {
-                job.meta()
-                    .labels
-                    .as_ref()?
-                    .get(crate::names::LABEL_VOLUME)
-                    .map(|v| ObjectRef::new(v))
-            },
-        );
-    }
+    let volumes_controller = Controller::for_stream(volumes_for_volumes, volumes.clone())
+        .watches_stream(jobs_for_volumes, |job: Job| {
+            job.meta()
+                .labels
+                .as_ref()?
+                .get(crate::names::LABEL_VOLUME)
+                .map(|v| ObjectRef::new(v))
+        });
     let volumes_run = volumes_controller
         .run(
             volumes::reconcile_volume,
@@ -252,13 +250,13 @@ pub async fn run(client: Client, opts: Options) -> crate::Result<()> {
     let by_class = claims.clone();
     let by_config = claims.clone();
     let claims_run = controller
-        .watches_stream(futures::stream::select_all(job_streams), |job: Job| {
+        .watches_stream(jobs_for_claims, |job: Job| {
             claim_ref_of(job.meta().annotations.as_ref())
         })
         .watches_stream(futures::stream::select_all(pod_streams), |pod: Pod| {
             claim_ref_of(pod.meta().annotations.as_ref())
         })
-        .watches_stream(volumes_stream, |pv: PersistentVolume| {
+        .watches_stream(volumes_for_claims, |pv: PersistentVolume| {
             let r = pv.spec?.claim_ref?;
             Some(ObjectRef::new(r.name.as_deref()?).within(r.namespace.as_deref()?))
         })
@@ -285,7 +283,7 @@ pub async fn run(client: Client, opts: Options) -> crate::Result<()> {
             }
         });
     let controllers = async {
-        futures::join!(claims_run, volumes_run);
+        futures::join!(claims_run, volumes_run, share_volumes, share_jobs);
     };
     match leader {
         Some(l) => {
