@@ -218,7 +218,8 @@ pub async fn run(client: Client, opts: Options) -> crate::Result<()> {
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         });
     }
-    tokio::spawn(count_active_jobs(ctx.clone()));
+    // Part of the controllers' future, so it stops with them rather than outliving `run`.
+    let gauge = count_active_jobs(ctx.clone());
 
     // PVs and our Jobs trigger both controllers from one watch each.
     let ([volumes_for_claims, volumes_for_volumes], share_volumes) =
@@ -283,7 +284,7 @@ pub async fn run(client: Client, opts: Options) -> crate::Result<()> {
             }
         });
     let controllers = async {
-        futures::join!(claims_run, volumes_run, share_volumes, share_jobs);
+        futures::join!(claims_run, volumes_run, share_volumes, share_jobs, gauge);
     };
     match leader {
         Some(l) => {
