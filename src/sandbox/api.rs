@@ -72,10 +72,15 @@ fn meta_str<'a>(obj: &'a Value, key: &str) -> &'a str {
 
 /// The object as a client of resource `r` sees it (events.k8s.io converts).
 pub fn view(r: &Resource, stored: &Value) -> Value {
+    view_ref(r, stored).into_owned()
+}
+
+/// `view` without a copy where the stored form is what the client sees.
+fn view_ref<'a>(r: &Resource, stored: &'a Value) -> std::borrow::Cow<'a, Value> {
     if r.storage_of.is_some() {
-        events::to_new(stored)
+        std::borrow::Cow::Owned(events::to_new(stored))
     } else {
-        stored.clone()
+        std::borrow::Cow::Borrowed(stored)
     }
 }
 
@@ -210,29 +215,33 @@ impl Api {
             }
         }
         let ns = ns.or(fields.namespace());
-        let (items, list_rv) = self.store.list(r.storage(), ns, |obj| {
-            let v = view(r, obj);
-            labels.matches_object(&v) && fields.matches(&v)
-        });
         let start_after = match &opts.continue_token {
-            Some(t) if !t.is_empty() => Some(decode_continue(t)?),
+            Some(t) if !t.is_empty() => {
+                let key = decode_continue(t)?;
+                // Namespaces hold no '/', so the first one splits the key exactly.
+                let (k_ns, k_name) = key.split_once('/').unwrap_or(("", key.as_str()));
+                Some((k_ns.to_owned(), k_name.to_owned()))
+            }
             _ => None,
         };
+        let limit = opts.limit.filter(|l| *l > 0);
+        let (items, rest, list_rv) =
+            self.store
+                .list_page(r.storage(), ns, start_after.as_ref(), limit, |obj| {
+                    let v = view_ref(r, obj);
+                    labels.matches_object(&v) && fields.matches(&v)
+                });
         let mut items: Vec<Value> = items
             .into_iter()
-            .map(|o| view(r, &o))
-            .filter(|o| {
-                start_after
-                    .as_ref()
-                    .is_none_or(|k| object_key(o).as_str() > k.as_str())
+            .map(|o| match view_ref(r, &o) {
+                std::borrow::Cow::Owned(v) => v,
+                std::borrow::Cow::Borrowed(_) => o,
             })
             .collect();
         let mut meta = json!({"resourceVersion": list_rv.to_string()});
-        if let Some(limit) = opts.limit.filter(|l| *l > 0)
-            && items.len() > limit
+        if let Some(limit) = limit
+            && rest > 0
         {
-            let rest = items.len() - limit;
-            items.truncate(limit);
             meta["continue"] = json!(encode_continue(list_rv, &object_key(&items[limit - 1])));
             if labels.is_empty()
                 && opts

@@ -160,6 +160,38 @@ impl Store {
         (items, state.rv)
     }
 
+    /// One page of a list: up to `limit` objects that `keep` accepts, in key order, after
+    /// the key `after`; also how many more would follow, and the list version. Only the
+    /// returned objects are copied, so paging through a large resource stays linear.
+    pub fn list_page(
+        &self,
+        rid: Rid,
+        ns: Option<&str>,
+        after: Option<&(String, String)>,
+        limit: Option<usize>,
+        keep: impl Fn(&Value) -> bool,
+    ) -> (Vec<Value>, usize, u64) {
+        use std::ops::Bound;
+        let state = self.lock();
+        let map = &state.objects[rid];
+        let lower = match (after, ns) {
+            (Some(k), Some(ns)) if k.0.as_str() < ns => {
+                Bound::Included((ns.to_owned(), String::new()))
+            }
+            (Some(k), _) => Bound::Excluded(k.clone()),
+            (None, Some(ns)) => Bound::Included((ns.to_owned(), String::new())),
+            (None, None) => Bound::Unbounded,
+        };
+        let mut matching = map
+            .range((lower, Bound::Unbounded))
+            .take_while(|((n, _), _)| ns.is_none_or(|ns| n == ns))
+            .map(|(_, v)| v)
+            .filter(|v| keep(v));
+        let limit = limit.unwrap_or(usize::MAX);
+        let items: Vec<Value> = matching.by_ref().take(limit).cloned().collect();
+        (items, matching.count(), state.rv)
+    }
+
     pub fn count(&self, rid: Rid) -> usize {
         self.lock().objects[rid].len()
     }

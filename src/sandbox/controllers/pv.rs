@@ -103,7 +103,12 @@ impl Pv {
             .as_str()
             .unwrap_or_default()
             .to_owned();
-        let (volumes, _) = api.store.list(self.volumes, None, |_| true);
+        // Only the candidates are copied: volumes pre-bound to this claim, and free ones.
+        let (volumes, _) = api.store.list(self.volumes, None, |pv| {
+            let r = &pv["spec"]["claimRef"];
+            r.is_null()
+                || (r["name"].as_str() == Some(&name) && r["namespace"].as_str() == Some(&ns))
+        });
         let prebound = volumes.iter().find(|pv| {
             pv["spec"]["claimRef"]["name"].as_str() == Some(&name)
                 && pv["spec"]["claimRef"]["namespace"].as_str() == Some(&ns)
@@ -393,12 +398,7 @@ pub async fn run(api: Arc<Api>) {
                     .as_array()
                     .is_some_and(|vs| vs.iter().any(|x| x.get("persistentVolumeClaim").is_some()))
             };
-            let full = changes.is_empty()
-                || changes.iter().any(|c| {
-                    c.rid == pv.classes
-                        || c.rid == pv.volumes
-                        || (c.rid == pv.pods && uses_claims(&c.object))
-                });
+            let full = changes.is_empty() || changes.iter().any(|c| c.rid == pv.classes);
             if full {
                 let (volumes, _) = api.store.list(pv.volumes, None, |_| true);
                 for v in &volumes {
@@ -410,26 +410,66 @@ pub async fn run(api: Arc<Api>) {
                 for c in &claims {
                     pv.sync_claim(api, c);
                 }
-            } else {
-                let claims = pv.claims;
-                let touched: Vec<Value> = changes
-                    .iter()
-                    .filter(|c| {
-                        c.rid == claims && c.event != crate::sandbox::store::EventType::Deleted
-                    })
-                    .filter_map(|c| api.store.get(claims, ns_of(&c.object), name_of(&c.object)))
-                    .collect();
-                for current in &touched {
-                    pv.sync_claim(api, current);
-                }
-                // A claim that went away releases its volume.
-                if changes.iter().any(|c| {
-                    c.rid == pv.claims && c.event == crate::sandbox::store::EventType::Deleted
-                }) {
-                    let (volumes, _) = api.store.list(pv.volumes, None, |v| phase(v) == "Bound");
-                    for v in &volumes {
-                        pv.sync_volume(api, v);
+                return;
+            }
+            // A batch touches few objects: sync those, and what they name, rather than
+            // everything (a populated cluster holds tens of thousands of volumes).
+            let mut claim_keys: Vec<(String, String)> = Vec::new();
+            let mut volume_names: Vec<String> = Vec::new();
+            let mut free_volume = false;
+            for c in changes {
+                let o = &c.object;
+                let deleted = c.event == crate::sandbox::store::EventType::Deleted;
+                if c.rid == pv.claims {
+                    if deleted {
+                        // A claim that went away releases the volumes bound to it.
+                        let (bound, _) = api.store.list(pv.volumes, None, |v| {
+                            v["spec"]["claimRef"]["uid"].as_str() == Some(uid_of(o))
+                        });
+                        volume_names.extend(bound.iter().map(|v| name_of(v).to_owned()));
+                    } else {
+                        claim_keys.push((ns_of(o).to_owned(), name_of(o).to_owned()));
                     }
+                } else if c.rid == pv.volumes {
+                    if !deleted {
+                        volume_names.push(name_of(o).to_owned());
+                    }
+                    let r = &o["spec"]["claimRef"];
+                    match (r["namespace"].as_str(), r["name"].as_str()) {
+                        (Some(ns), Some(name)) => claim_keys.push((ns.to_owned(), name.to_owned())),
+                        _ => free_volume = !deleted,
+                    }
+                } else if c.rid == pv.pods && uses_claims(o) {
+                    for v in o["spec"]["volumes"].as_array().into_iter().flatten() {
+                        if let Some(name) = v["persistentVolumeClaim"]["claimName"].as_str() {
+                            claim_keys.push((ns_of(o).to_owned(), name.to_owned()));
+                        }
+                    }
+                }
+            }
+            volume_names.sort();
+            volume_names.dedup();
+            for name in &volume_names {
+                if let Some(v) = api.store.get(pv.volumes, "", name) {
+                    pv.sync_volume(api, &v);
+                }
+            }
+            if free_volume {
+                // A new free volume may match any unbound claim.
+                let (claims, _) = api.store.list(pv.claims, None, |c| phase(c) != "Bound");
+                claim_keys.extend(
+                    claims
+                        .iter()
+                        .map(|c| (ns_of(c).to_owned(), name_of(c).to_owned())),
+                );
+            }
+            claim_keys.sort();
+            claim_keys.dedup();
+            for (ns, name) in &claim_keys {
+                if let Some(c) = api.store.get(pv.claims, ns, name)
+                    && (phase(&c) != "Bound" || is_deleting(&c))
+                {
+                    pv.sync_claim(api, &c);
                 }
             }
         },
