@@ -549,33 +549,11 @@ async fn configuration_changes_take_effect_without_a_restart() {
 #[tokio::test]
 async fn health_readiness_and_metrics_are_served() {
     let sb = sandbox().await;
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let _c = controller_with(
-        &sb,
-        Options {
-            metrics_addr: Some(addr),
-            ..options()
-        },
-    );
+    let (_c, addr) = controller_serving(&sb);
     class(&sb, "fast", "Immediate", "make-pv", serde_json::json!({})).await;
     claim(&sb, "data", "fast").await;
     bound(&sb, "data", 30).await;
-    let get = |path: &'static str| async move {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-        s.write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .await
-        .ok()?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).await.ok()?;
-        Some(out)
-    };
+    let get = |path: &'static str| http_get(addr, path);
     assert!(get("/healthz").await.unwrap().starts_with("HTTP/1.1 200"));
     let ready = eventually(10, "readiness", || async {
         get("/readyz")

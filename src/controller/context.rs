@@ -5,7 +5,9 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, PersistentVolume, Pod};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod,
+};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -13,11 +15,23 @@ use kube::runtime::reflector::Store;
 
 use super::Options;
 use super::configs::Configs;
+use super::readiness::{Readiness, synced};
 use crate::plan::Notice;
+
+/// The reflector stores decisions read; ConfigMaps, Jobs and pods per config namespace.
+pub struct Caches {
+    pub claims: Store<PersistentVolumeClaim>,
+    pub classes: Store<StorageClass>,
+    pub volumes: Store<PersistentVolume>,
+    pub config_maps: Vec<Store<ConfigMap>>,
+    pub jobs: Vec<Store<Job>>,
+    pub pods: Vec<Store<Pod>>,
+}
 
 pub struct Context {
     pub client: Client,
     pub opts: Options,
+    pub claims: Store<PersistentVolumeClaim>,
     pub classes: Store<StorageClass>,
     pub volumes: Store<PersistentVolume>,
     pub config_maps: Vec<Store<ConfigMap>>,
@@ -25,20 +39,22 @@ pub struct Context {
     pub pods: Vec<Store<Pod>>,
     pub configs: Configs,
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
+    /// Open once every store has had its first full list.
+    pub readiness: Readiness,
     recorder: Recorder,
     said: Mutex<HashSet<String>>,
 }
 
 impl Context {
-    pub fn new(
-        client: Client,
-        opts: Options,
-        classes: Store<StorageClass>,
-        volumes: Store<PersistentVolume>,
-        config_maps: Vec<Store<ConfigMap>>,
-        jobs: Vec<Store<Job>>,
-        pods: Vec<Store<Pod>>,
-    ) -> Self {
+    pub fn new(client: Client, opts: Options, caches: Caches) -> Self {
+        let Caches {
+            claims,
+            classes,
+            volumes,
+            config_maps,
+            jobs,
+            pods,
+        } = caches;
         let reporter = Reporter {
             controller: "flex-provisioner".into(),
             instance: Some(opts.instance.clone()),
@@ -47,12 +63,14 @@ impl Context {
             recorder: Recorder::new(client.clone(), reporter),
             client,
             opts,
+            claims,
             classes,
             volumes,
             config_maps,
             jobs,
             pods,
             configs: Configs::default(),
+            readiness: Readiness::default(),
             metrics: std::sync::Arc::new(crate::metrics::Metrics::default()),
             said: Mutex::new(HashSet::new()),
         }
@@ -61,32 +79,43 @@ impl Context {
     /// Waits until every store has had its first full list, so decisions never rest on a
     /// half-filled cache (a class that "does not exist" only because it was not listed yet).
     pub async fn ready(&self) {
-        let _ = self.classes.wait_until_ready().await;
-        let _ = self.volumes.wait_until_ready().await;
-        for s in &self.config_maps {
-            let _ = s.wait_until_ready().await;
-        }
-        for s in &self.jobs {
-            let _ = s.wait_until_ready().await;
-        }
-        for s in &self.pods {
-            let _ = s.wait_until_ready().await;
-        }
+        self.readiness.wait().await;
     }
 
-    /// What both controllers do with a failed reconcile: count it by category, log it, and
-    /// try again shortly (the error is an API hiccup or a claim we cannot read yet).
+    /// The one future that waits on the stores themselves and opens `readiness`.
+    pub async fn open_when_synced(&self) {
+        let mut stores = vec![
+            synced(self.claims.clone()),
+            synced(self.classes.clone()),
+            synced(self.volumes.clone()),
+        ];
+        stores.extend(self.config_maps.iter().cloned().map(synced));
+        stores.extend(self.jobs.iter().cloned().map(synced));
+        stores.extend(self.pods.iter().cloned().map(synced));
+        self.readiness.open_when_synced(stores).await;
+    }
+
+    /// What both controllers do with a failed reconcile: count it by category and try
+    /// again. A conflict only means the cache was behind a write: re-plan at once from
+    /// fresh state, without calling it a failure.
     pub fn error_policy<K>(
         _object: std::sync::Arc<K>,
         error: &crate::Error,
         ctx: std::sync::Arc<Context>,
     ) -> kube::runtime::controller::Action {
+        use kube::runtime::controller::Action;
+        if let crate::Error::Kube(kube::Error::Api(s)) = error
+            && s.code == 409
+        {
+            tracing::debug!(error = %error, "write conflicted with a newer version; re-planning");
+            return Action::requeue(std::time::Duration::from_millis(200));
+        }
         ctx.metrics
             .reconcile_errors_total
             .with_label_values(&[error.category()])
             .inc();
         tracing::warn!(category = error.category(), error = %error, "reconcile failed; retrying");
-        kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(5))
+        Action::requeue(std::time::Duration::from_secs(5))
     }
 
     /// Publishes an event now.

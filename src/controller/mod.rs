@@ -6,6 +6,7 @@
 mod configs;
 mod context;
 mod fan_out;
+mod readiness;
 mod reconcile;
 mod volumes;
 
@@ -20,9 +21,9 @@ use kube::api::{Api, ListParams};
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, Resource};
+use kube::{Client, Resource, ResourceExt};
 
-pub use context::Context;
+pub use context::{Caches, Context};
 
 use crate::names::{
     ANN_CLAIM, CONFIG_TYPE_VALUE, LABEL_CONFIG_CLASS, LABEL_CONFIG_TYPE, LABEL_MANAGED_BY,
@@ -67,6 +68,16 @@ async fn preflight(client: &Client, opts: &Options) -> crate::Result<()> {
     Ok(())
 }
 
+/// An object that is already gone needs no further write: 404 is success, not a failure
+/// to retry and warn about.
+fn gone_is_done<T>(r: Result<T, kube::Error>) -> crate::Result<()> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 fn claim_ref_of(
     annotations: Option<&std::collections::BTreeMap<String, String>>,
 ) -> Option<ObjectRef<PersistentVolumeClaim>> {
@@ -105,8 +116,13 @@ where
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
     let (store, writer) = reflector::store();
-    let stream =
-        reflector::reflector(writer, watcher(api, cfg).default_backoff()).touched_objects();
+    // Field ownership is never read, and is often the largest part of an object: the
+    // caches hold everything that exists, so it is dropped before an object is stored.
+    let stream = watcher(api, cfg)
+        .default_backoff()
+        .modify(|o| o.managed_fields_mut().clear())
+        .reflect(writer)
+        .touched_objects();
     (store, stream)
 }
 
@@ -188,19 +204,22 @@ pub async fn run(client: Client, opts: Options) -> crate::Result<()> {
         pod_streams.push(stream.boxed());
     }
 
-    let controller = Controller::new(
+    let (claims, claims_stream) = reflect(
         Api::<PersistentVolumeClaim>::all(client.clone()),
         watcher::Config::default(),
     );
-    let claims = controller.store();
+    let controller = Controller::for_stream(claims_stream, claims.clone());
     let ctx = Arc::new(Context::new(
         client,
         opts,
-        classes.clone(),
-        volumes.clone(),
-        config_maps,
-        jobs,
-        pods,
+        Caches {
+            claims: claims.clone(),
+            classes: classes.clone(),
+            volumes: volumes.clone(),
+            config_maps,
+            jobs,
+            pods,
+        },
     ));
 
     if let Some(addr) = ctx.opts.metrics_addr {
@@ -218,6 +237,8 @@ pub async fn run(client: Client, opts: Options) -> crate::Result<()> {
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         });
     }
+    let synced_ctx = ctx.clone();
+    let synced = async move { synced_ctx.open_when_synced().await };
     // Part of the controllers' future, so it stops with them rather than outliving `run`.
     let gauge = count_active_jobs(ctx.clone());
 
@@ -284,7 +305,14 @@ pub async fn run(client: Client, opts: Options) -> crate::Result<()> {
             }
         });
     let controllers = async {
-        futures::join!(claims_run, volumes_run, share_volumes, share_jobs, gauge);
+        futures::join!(
+            claims_run,
+            volumes_run,
+            share_volumes,
+            share_jobs,
+            gauge,
+            synced
+        );
     };
     match leader {
         Some(l) => {

@@ -15,6 +15,7 @@ use serde_json::json;
 
 use super::configs::Resolved;
 use super::context::Context;
+use super::gone_is_done;
 use crate::claim::{ClaimRequest, NodeInfo};
 use crate::job::{JobOutcome, ProvisionContext, outcome, provision_job};
 use crate::names::{ANN_SELECTED_NODE, ANN_STORAGE_CLASS, LABEL_ACTION, LABEL_CLAIM_UID, pv_name};
@@ -145,20 +146,24 @@ pub async fn reconcile(
         }
         Step::GiveUp => {
             let patch = json!({"metadata": {"annotations": {ANN_GAVE_UP: hash}}});
-            claims
-                .patch(&claim_name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await?;
+            gone_is_done(
+                claims
+                    .patch(&claim_name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await,
+            )?;
             Action::await_change()
         }
         Step::Provisioned { patch } => {
             if let Some(patch) = patch {
                 let pvs: Api<PersistentVolume> = Api::all(ctx.client.clone());
-                pvs.patch(
-                    &pv_name(&uid),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await?;
+                gone_is_done(
+                    pvs.patch(
+                        &pv_name(&uid),
+                        &PatchParams::default(),
+                        &Patch::Merge(&patch),
+                    )
+                    .await,
+                )?;
             }
             Action::await_change()
         }
@@ -208,9 +213,11 @@ pub async fn reconcile(
                 Err(e) => return Err(e.into()),
             }
             let patch = json!({"metadata": {"annotations": {ANN_ATTEMPT: attempt.to_string()}}});
-            claims
-                .patch(&claim_name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await?;
+            gone_is_done(
+                claims
+                    .patch(&claim_name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await,
+            )?;
             ctx.tell(&on, &class, &[Notice::normal(
                     format!("provisioning/{uid}/{attempt}"),
                     reasons::PROVISIONING,

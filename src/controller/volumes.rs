@@ -8,10 +8,12 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::context::Context;
+use super::gone_is_done;
 use crate::job::{JobOutcome, deprovision_job, outcome};
 use crate::names::{
     ANN_PROVISIONED_BY, FINALIZER_DEPROVISION, LABEL_ACTION, LABEL_CLAIM_UID, LABEL_VOLUME,
@@ -22,8 +24,10 @@ use crate::volume::recorded_recipe;
 
 const RUNNING_RECHECK: Duration = Duration::from_secs(30);
 
-/// Whether the claim named in claimRef exists with that uid, asked of the API server itself:
-/// a cache that has not caught up must never make a live claim look deleted.
+/// Whether the claim named in claimRef exists with that uid. The cache may only say "alive",
+/// and only for a PV that Kubernetes still shows bound and nobody deleted: a cache that has
+/// not caught up must never make a live claim look deleted (so "gone" is always confirmed by
+/// the API server), nor keep a released volume waiting for an event that already passed.
 async fn claim_alive(ctx: &Context, pv: &PersistentVolume) -> crate::Result<bool> {
     let Some(r) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
         return Ok(false);
@@ -31,6 +35,16 @@ async fn claim_alive(ctx: &Context, pv: &PersistentVolume) -> crate::Result<bool
     let (Some(ns), Some(name)) = (r.namespace.as_deref(), r.name.as_deref()) else {
         return Ok(false);
     };
+    let settled = pv.metadata.deletion_timestamp.is_none()
+        && pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+    let cached = settled
+        && ctx
+            .claims
+            .get(&ObjectRef::new(name).within(ns))
+            .is_some_and(|c| c.metadata.uid == r.uid);
+    if cached {
+        return Ok(true);
+    }
     let claim = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), ns)
         .get_opt(name)
         .await?;
@@ -104,12 +118,14 @@ pub async fn reconcile_volume(
         VolumeStep::Backoff { wait } => Action::requeue(wait),
         VolumeStep::ReleaseFinalizer => {
             let patch = json!({"metadata": {"finalizers": other_finalizers, "resourceVersion": pv.resource_version()}});
-            pvs.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await?;
+            gone_is_done(
+                pvs.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await,
+            )?;
             Action::await_change()
         }
         VolumeStep::DeletePv => {
-            pvs.delete(&name, &DeleteParams::background()).await?;
+            gone_is_done(pvs.delete(&name, &DeleteParams::background()).await)?;
             Action::await_change()
         }
         VolumeStep::Finish => {
@@ -140,11 +156,7 @@ pub async fn reconcile_volume(
                     .observe(took);
             }
             if pv.metadata.deletion_timestamp.is_none() {
-                match pvs.delete(&name, &DeleteParams::background()).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(s)) if s.code == 404 => {}
-                    Err(e) => return Err(e.into()),
-                }
+                gone_is_done(pvs.delete(&name, &DeleteParams::background()).await)?;
             }
             Action::await_change()
         }

@@ -265,5 +265,6 @@ pub fn assert_pv_valid(pv: &PersistentVolume) {
     assert!(!spec.access_modes.as_ref().unwrap().is_empty());
 }
 
+pub mod populate;
 pub mod provisioning;
 pub mod sandbox;

@@ -1,6 +1,7 @@
 //! A sandbox with provisioner images and the controller running, for end-to-end tests.
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -306,4 +307,73 @@ pub fn local_path(pv: &PersistentVolume) -> String {
         .unwrap()
         .path
         .clone()
+}
+
+/// A free local address for the controller's HTTP endpoints.
+pub fn free_addr() -> std::net::SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+/// The raw HTTP response to `GET path` on `addr`, or `None` when nothing answers.
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.ok()?;
+    Some(out)
+}
+
+/// Waits until `/readyz` on `addr` answers 200.
+pub async fn ready(addr: std::net::SocketAddr, secs: u64) {
+    eventually(secs, "/readyz to answer 200", || async {
+        http_get(addr, "/readyz")
+            .await
+            .filter(|r| r.starts_with("HTTP/1.1 200"))
+            .map(|_| ())
+    })
+    .await;
+}
+
+/// The controller with its HTTP endpoints on a free address.
+pub fn controller_serving(sb: &Sandbox) -> (JoinHandle<()>, std::net::SocketAddr) {
+    let addr = free_addr();
+    let c = controller_with(
+        sb,
+        Options {
+            metrics_addr: Some(addr),
+            ..options()
+        },
+    );
+    (c, addr)
+}
+
+/// Stops a controller started by `controller` as a crash would.
+pub async fn kill(c: JoinHandle<()>) {
+    c.abort();
+    let _ = c.await;
+}
+
+/// The provisioning Jobs per claim uid.
+pub async fn provision_jobs_by_claim(sb: &Sandbox) -> BTreeMap<String, Vec<Job>> {
+    let mut out: BTreeMap<String, Vec<Job>> = BTreeMap::new();
+    for j in jobs_of(sb, "provision").await {
+        let uid = j.metadata.labels.as_ref().unwrap()["flex-provisioner.io/claim-uid"].clone();
+        out.entry(uid).or_default().push(j);
+    }
+    out
+}
+
+/// Whether a Job has completed successfully.
+pub fn succeeded(job: &Job) -> bool {
+    job.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| c.type_ == "Complete" && c.status == "True")
+        })
 }

@@ -1,0 +1,235 @@
+//! The controller started in a populated cluster: N bound claims and their PVs exist (N from
+//! `CLAIMS`, default 5,000). Reports how long the initial lists take for a plain client, the
+//! controller's time from start to ready, its CPU time and memory once settled, and the
+//! time from a new claim to its Job while the N exist.
+//!
+//! `cargo bench --bench controller_restart` (`CLAIMS=50000` for another count). The
+//! controller runs as its own process (the release binary), so its memory is its own.
+
+#[path = "../tests/common/populate.rs"]
+mod populate;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use flex_provisioner::sandbox::{Sandbox, SandboxOptions, WriteCtx, resources};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::api::{Api, ListParams};
+use serde_json::json;
+
+const NS: &str = "flex-system";
+
+/// (VmRSS, VmHWM) of a process, in MiB.
+fn memory_mib(pid: u32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<f64>().ok())
+            .map_or(0.0, |kb| kb / 1024.0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// User plus system CPU time of a process.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+async fn http_ok(addr: std::net::SocketAddr, path: &str) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
+        return false;
+    };
+    let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    if s.write_all(req.as_bytes()).await.is_err() {
+        return false;
+    }
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out).await;
+    out.starts_with("HTTP/1.1 200")
+}
+
+/// Paged lists of claims and PVs, as a reflector makes them, at the same time.
+async fn list_everything(client: kube::Client) -> Duration {
+    async fn paged<K>(api: Api<K>) -> usize
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let mut lp = ListParams::default().limit(500);
+        let mut n = 0;
+        loop {
+            let page = api.list(&lp).await.expect("list");
+            n += page.items.len();
+            match page.metadata.continue_ {
+                Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
+                _ => return n,
+            }
+        }
+    }
+    let t = Instant::now();
+    futures::join!(
+        paged(Api::<PersistentVolumeClaim>::all(client.clone())),
+        paged(Api::<PersistentVolume>::all(client))
+    );
+    t.elapsed()
+}
+
+fn setup(sb: &Sandbox) {
+    let ctx = WriteCtx::manager("bench");
+    let create = |plural: &str, group: &str, version: &str, ns: &str, body: serde_json::Value| {
+        sb.api
+            .create(
+                resources::find(group, version, plural).unwrap(),
+                ns,
+                body,
+                &ctx,
+            )
+            .unwrap();
+    };
+    create(
+        "namespaces",
+        "",
+        "v1",
+        "",
+        json!({"metadata": {"name": NS}}),
+    );
+    create(
+        "storageclasses",
+        "storage.k8s.io",
+        "v1",
+        "",
+        json!({"metadata": {"name": "fast"}, "provisioner": flex_provisioner::names::DEFAULT_PROVISIONER_NAME,
+               "reclaimPolicy": "Delete", "volumeBindingMode": "Immediate"}),
+    );
+    create(
+        "configmaps",
+        "",
+        "v1",
+        NS,
+        json!({"metadata": {"name": "fast-config", "labels": {"type": "provisioner-config", "storage-class": "fast"}},
+               "data": {"image": "bench-image"}}),
+    );
+}
+
+fn start_controller(sb: &Sandbox, addr: std::net::SocketAddr) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_flex-provisioner"))
+        .args([
+            "run",
+            &format!("--config-namespace={NS}"),
+            &format!("--metrics-addr={addr}"),
+            "--no-leader-elect",
+        ])
+        .env("KUBECONFIG", &sb.kubeconfig)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the controller binary starts")
+}
+
+/// Waits until the process has used no CPU for `quiet`, up to `limit`.
+async fn settle(pid: u32, quiet: Duration, limit: Duration) -> Duration {
+    let start = Instant::now();
+    let mut last = cpu_seconds(pid);
+    let mut still_since = Instant::now();
+    while start.elapsed() < limit {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = cpu_seconds(pid);
+        if now - last > 0.005 {
+            still_since = Instant::now();
+        }
+        last = now;
+        if still_since.elapsed() >= quiet {
+            break;
+        }
+    }
+    start.elapsed()
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let n: usize = std::env::var("CLAIMS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5_000);
+    let sb = Sandbox::start(SandboxOptions::default())
+        .await
+        .expect("sandbox");
+    setup(&sb);
+    let t = Instant::now();
+    populate::bound_claims(&sb, "fast", n);
+    while populate::bound_count(&sb) < n {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!("{n} bound claims and PVs in place in {:.1?}", t.elapsed());
+    let lists = list_everything(sb.client().unwrap()).await;
+    println!("initial lists (claims and PVs, pages of 500) for a plain client: {lists:.2?}");
+
+    let addr: std::net::SocketAddr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let started = Instant::now();
+    let mut child = start_controller(&sb, addr);
+    let pid = child.id();
+    while !http_ok(addr, "/readyz").await {
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "not ready within 600 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let ready = started.elapsed();
+    let cpu_at_ready = cpu_seconds(pid);
+    println!(
+        "controller start to ready: {ready:.2?} (CPU {cpu_at_ready:.2} s, RSS {:.0} MiB)",
+        memory_mib(pid).0
+    );
+    let settled = settle(pid, Duration::from_secs(2), Duration::from_secs(600)).await;
+    let (rss, peak) = memory_mib(pid);
+    println!(
+        "settled {settled:.1?} after ready: CPU {:.2} s in all, RSS {rss:.0} MiB, peak RSS {peak:.0} MiB",
+        cpu_seconds(pid)
+    );
+
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(sb.client().unwrap(), "default");
+    let t = Instant::now();
+    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "one-more"},
+        "spec": {"storageClassName": "fast", "accessModes": ["ReadWriteOnce"],
+                 "resources": {"requests": {"storage": "1Gi"}}}
+    }))
+    .unwrap();
+    let uid = claims
+        .create(&Default::default(), &claim)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    let jobs = resources::find("batch", "v1", "jobs").unwrap();
+    loop {
+        let (found, _, _) = sb.api.store.list_page(jobs, Some(NS), None, None, |j| {
+            j["metadata"]["labels"]["flex-provisioner.io/claim-uid"].as_str() == Some(&uid)
+        });
+        if !found.is_empty() {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "no Job for the new claim"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    println!("a new claim's time to Job among {n}: {:.1?}", t.elapsed());
+    let _ = child.kill();
+    let _ = child.wait();
+}

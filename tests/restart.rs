@@ -1,0 +1,144 @@
+//! End to end on the sandbox: a controller that starts, or restarts, in a cluster that
+//! already holds claims, volumes and Jobs becomes ready and reconciles all of them.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::populate::{bound_claims, bound_count};
+use common::provisioning::*;
+use common::sandbox::eventually;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::api::{Api, DeleteParams};
+use serde_json::json;
+
+fn claims_api(sb: &flex_provisioner::sandbox::Sandbox) -> Api<PersistentVolumeClaim> {
+    Api::namespaced(sb.client().unwrap(), "default")
+}
+
+/// Bound claims, a Job still running, claims created while the controller was down and a
+/// volume released while it was down: the new controller is ready at once, binds every
+/// pending claim, deprovisions the released volume and starts no second Job for anything.
+#[tokio::test]
+async fn a_controller_started_in_a_populated_cluster_is_ready_and_reconciles_everything() {
+    let sb = sandbox().await;
+    class(&sb, "fast", "Immediate", "make-pv", json!({})).await;
+    class(&sb, "slow", "Immediate", "slow", json!({})).await;
+
+    let first = controller(&sb);
+    claim(&sb, "kept", "fast").await;
+    claim(&sb, "gone", "fast").await;
+    bound(&sb, "kept", 30).await;
+    let gone = bound(&sb, "gone", 30).await;
+    let released_pv = gone.spec.unwrap().volume_name.unwrap();
+    claim(&sb, "running", "slow").await;
+    eventually(30, "the slow claim's Job", || async {
+        (jobs_of(&sb, "provision").await.len() == 3).then_some(())
+    })
+    .await;
+    kill(first).await;
+
+    // While nothing runs: the claim of a bound volume goes, new claims come.
+    claims_api(&sb)
+        .delete("gone", &DeleteParams::default())
+        .await
+        .unwrap();
+    let pvs: Api<PersistentVolume> = Api::all(sb.client().unwrap());
+    eventually(30, "the volume to be released", || async {
+        let pv = pvs.get(&released_pv).await.ok()?;
+        (pv.status?.phase.as_deref() == Some("Released")).then_some(())
+    })
+    .await;
+    for i in 0..3 {
+        claim(&sb, &format!("late-{i}"), "fast").await;
+    }
+
+    let (_c, addr) = controller_serving(&sb);
+    ready(addr, 5).await;
+    for name in ["kept", "running", "late-0", "late-1", "late-2"] {
+        bound(&sb, name, 60).await;
+    }
+    eventually(
+        60,
+        "the released volume to be deprovisioned and removed",
+        || async {
+            pvs.get_opt(&released_pv)
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(jobs_of(&sb, "deprovision").await.len(), 1);
+    let by_claim = provision_jobs_by_claim(&sb).await;
+    assert_eq!(by_claim.len(), 6, "one claim each: {:?}", by_claim.keys());
+    for (uid, jobs) in &by_claim {
+        assert_eq!(jobs.len(), 1, "claim {uid} got {} Jobs", jobs.len());
+    }
+}
+
+/// A 100-claim burst while the controller is killed and restarted five times, with claims
+/// created while it is down: every claim binds after exactly one successful run.
+#[tokio::test]
+async fn five_restarts_during_a_burst_bind_every_claim_with_one_run_each() {
+    let sb = sandbox().await;
+    class(&sb, "fast", "Immediate", "make-pv", json!({})).await;
+    let mut names = Vec::new();
+    for round in 0..5u64 {
+        let c = controller(&sb);
+        for i in 0..10 {
+            let name = format!("up-{round}-{i}");
+            claim(&sb, &name, "fast").await;
+            names.push(name);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200 + 150 * round)).await;
+        kill(c).await;
+        for i in 0..10 {
+            let name = format!("down-{round}-{i}");
+            claim(&sb, &name, "fast").await;
+            names.push(name);
+        }
+    }
+    let (_c, addr) = controller_serving(&sb);
+    ready(addr, 5).await;
+    for name in &names {
+        bound(&sb, name, 120).await;
+    }
+    let by_claim = provision_jobs_by_claim(&sb).await;
+    assert_eq!(by_claim.len(), 100);
+    for (uid, jobs) in &by_claim {
+        let ok = jobs.iter().filter(|j| succeeded(j)).count();
+        assert_eq!(ok, 1, "claim {uid}: {ok} successful runs of {}", jobs.len());
+    }
+    let job_names: BTreeSet<_> = by_claim
+        .values()
+        .flatten()
+        .map(|j| j.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(
+        job_names.len(),
+        by_claim.values().map(Vec::len).sum::<usize>()
+    );
+}
+
+/// 5,000 bound claims and their volumes already present: the controller becomes ready,
+/// and claims created before and after its start are provisioned.
+#[tokio::test]
+async fn a_controller_among_five_thousand_volumes_is_ready_and_provisions() {
+    let sb = sandbox().await;
+    class(&sb, "fast", "Immediate", "make-pv", json!({})).await;
+    bound_claims(&sb, "fast", 5_000);
+    eventually(120, "the 5,000 claims to bind", || async {
+        (bound_count(&sb) == 5_000).then_some(())
+    })
+    .await;
+    claim(&sb, "before", "fast").await;
+    let (_c, addr) = controller_serving(&sb);
+    ready(addr, 60).await;
+    claim(&sb, "after", "fast").await;
+    bound(&sb, "before", 60).await;
+    bound(&sb, "after", 60).await;
+    let by_claim = provision_jobs_by_claim(&sb).await;
+    assert_eq!(by_claim.len(), 2, "only the two new claims needed a Job");
+}
