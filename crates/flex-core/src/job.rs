@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{
     NodeSelectorTerm, PersistentVolume, PodSecurityContext, PodSpec, PodTemplateSpec,
     SeccompProfile, SecurityContext,
 };
-use kube::api::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
 use crate::claim::{ClaimRequest, NodeInfo};

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{
     PersistentVolumeSpec, VolumeNodeAffinity,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kube::api::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::claim::{ClaimRequest, NodeInfo};
 use crate::config::ClassConfig;

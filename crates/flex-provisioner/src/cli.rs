@@ -44,6 +44,7 @@ pub enum Command {
     /// interrupted. Pods run as local processes: an image maps to
     /// `<images>/<image name>/entrypoint` (image name without registry and tag), or to what
     /// `--image-map` says.
+    #[cfg(feature = "sandbox")]
     Sandbox(SandboxArgs),
 }
 

@@ -75,11 +75,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             print!("{out}");
             Ok(ExitCode::SUCCESS)
         }
+        #[cfg(feature = "sandbox")]
         Command::Sandbox(args) => {
             let runtime =
                 tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
             runtime
-                .block_on(flex_provisioner::sandbox::cli::run(&args))
+                .block_on(flex_provisioner::sandbox_cmd::run(&args))
                 .context("sandbox failed")?;
             Ok(ExitCode::SUCCESS)
         }

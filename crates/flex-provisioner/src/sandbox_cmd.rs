@@ -4,11 +4,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::api::WriteCtx;
-use super::resources;
-use super::{Sandbox, SandboxError, SandboxOptions};
 use crate::cli::SandboxArgs;
 use crate::offline::read_documents;
+use kube_sandbox::api::WriteCtx;
+use kube_sandbox::resources;
+use kube_sandbox::{Sandbox, SandboxError, SandboxOptions};
 
 /// Turns the command-line arguments into options; a malformed `--image-map` is an error.
 pub fn options(args: &SandboxArgs) -> Result<SandboxOptions, String> {
@@ -40,15 +40,15 @@ pub fn options(args: &SandboxArgs) -> Result<SandboxOptions, String> {
 pub const DEMO: &[(&str, &str)] = &[
     (
         "deploy/serviceaccounts.yaml",
-        include_str!("../../deploy/serviceaccounts.yaml"),
+        include_str!("../../../deploy/serviceaccounts.yaml"),
     ),
     (
         "configmaps/hostpath.yaml",
-        include_str!("../../configmaps/hostpath.yaml"),
+        include_str!("../../../configmaps/hostpath.yaml"),
     ),
     (
         "examples/quickstart.yaml",
-        include_str!("../../examples/quickstart.yaml"),
+        include_str!("../../../examples/quickstart.yaml"),
     ),
 ];
 
@@ -133,7 +133,7 @@ async fn follow_claims(sandbox: &Sandbox) {
             o["metadata"]["namespace"].as_str().unwrap_or_default(),
             o["metadata"]["name"].as_str().unwrap_or_default()
         );
-        let phase = if c.event == super::store::EventType::Deleted {
+        let phase = if c.event == kube_sandbox::store::EventType::Deleted {
             "Deleted".to_owned()
         } else {
             o["status"]["phase"]

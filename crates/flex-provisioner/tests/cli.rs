@@ -1,5 +1,7 @@
 //! The `render` and `check` commands as a kube admin runs them: output, exit codes, help.
 
+mod common;
+
 use std::process::{Command, Output};
 
 fn run(args: &[&str]) -> Output {
@@ -21,6 +23,7 @@ fn stderr(o: &Output) -> String {
 
 #[test]
 fn render_prints_the_job_and_pv_template() {
+    common::at_root();
     let o = run(&[
         "render",
         "--config",
@@ -28,7 +31,7 @@ fn render_prints_the_job_and_pv_template() {
         "--class",
         "configmaps/nfs-subdir.yaml",
         "--claim",
-        "tests/fixtures/claim.yaml",
+        "testdata/fixtures/claim.yaml",
         "--attempt",
         "3",
     ]);
@@ -49,6 +52,7 @@ fn render_prints_the_job_and_pv_template() {
 
 #[test]
 fn render_explains_what_is_missing_in_one_line() {
+    common::at_root();
     let o = run(&[
         "render",
         "--config",
@@ -56,7 +60,7 @@ fn render_explains_what_is_missing_in_one_line() {
         "--class",
         "configmaps/hostpath.yaml",
         "--claim",
-        "tests/fixtures/claim.yaml",
+        "testdata/fixtures/claim.yaml",
     ]);
     assert_eq!(o.status.code(), Some(2));
     let err = stderr(&o);
@@ -69,11 +73,11 @@ fn render_explains_what_is_missing_in_one_line() {
     let o = run(&[
         "render",
         "--config",
-        "tests/fixtures/original-proposal-verbatim.yaml",
+        "testdata/fixtures/original-proposal-verbatim.yaml",
         "--class",
         "configmaps/original-proposal.yaml",
         "--claim",
-        "tests/fixtures/claim.yaml",
+        "testdata/fixtures/claim.yaml",
         "--provisioner-name",
         "kubernetes.io/flex-provisioner",
     ]);
@@ -95,6 +99,7 @@ fn render_explains_what_is_missing_in_one_line() {
 
 #[test]
 fn check_passes_the_examples_and_fails_bad_configurations() {
+    common::at_root();
     let o = run(&[
         "check",
         "configmaps/hostpath.yaml",
@@ -112,12 +117,12 @@ fn check_passes_the_examples_and_fails_bad_configurations() {
         "check",
         "--provisioner-name",
         "kubernetes.io/flex-provisioner",
-        "tests/fixtures/original-proposal-verbatim.yaml",
+        "testdata/fixtures/original-proposal-verbatim.yaml",
     ]);
     assert_eq!(o.status.code(), Some(1));
     let out = stdout(&o);
     let line = out.lines().find(|l| l.contains("service-token")).unwrap();
-    assert!(line.starts_with("tests/fixtures/original-proposal-verbatim.yaml: ConfigMap admin/custom-isci-provisioner: error: key `service-token`:"), "{line}");
+    assert!(line.starts_with("testdata/fixtures/original-proposal-verbatim.yaml: ConfigMap admin/custom-isci-provisioner: error: key `service-token`:"), "{line}");
     assert!(line.contains("fix: "), "{line}");
 
     // Warnings pass unless --strict.
@@ -169,6 +174,7 @@ fn check_passes_the_examples_and_fails_bad_configurations() {
 
 #[test]
 fn help_is_complete_for_every_subcommand() {
+    common::at_root();
     let top = stdout(&run(&["--help"]));
     for word in ["render", "check", "--version"] {
         assert!(top.contains(word), "top-level help lacks {word}:\n{top}");

@@ -46,6 +46,7 @@ fn error(cm: CmBuilder, key: Option<&str>, needle: &str) -> Problem {
 
 #[test]
 fn defaults_of_a_minimal_configuration() {
+    common::at_root();
     let c = ok(config("silver"));
     assert_eq!(c.image, "registry.example.com/prov:1.0");
     assert_eq!(c.storage_class, "silver");
@@ -64,6 +65,7 @@ fn defaults_of_a_minimal_configuration() {
 
 #[test]
 fn every_reserved_key_with_a_valid_value() {
+    common::at_root();
     let c = ok(config("silver")
         .set("plugin-name", P)
         .set("service-account-name", "iscsi-provisioner")
@@ -122,6 +124,7 @@ fn every_reserved_key_with_a_valid_value() {
 
 #[test]
 fn every_reserved_key_with_an_invalid_value() {
+    common::at_root();
     for (key, value, needle) in [
         ("image", "", "is empty"),
         ("image", "bad image", "not a valid image reference"),
@@ -151,6 +154,7 @@ fn every_reserved_key_with_an_invalid_value() {
 
 #[test]
 fn invalid_configurations_each_have_their_own_clear_error() {
+    common::at_root();
     let cases: Vec<(CmBuilder, Option<&str>, &str)> = vec![
         (config("silver").unset("image"), Some("image"), "is missing"),
         (
@@ -265,6 +269,7 @@ fn invalid_configurations_each_have_their_own_clear_error() {
 
 #[test]
 fn a_configuration_of_another_provisioner_is_ignored_not_judged() {
+    common::at_root();
     let cm = config("silver")
         .set("plugin-name", "example.com/other")
         .set("service-token", "would be an error if it were ours")
@@ -281,6 +286,7 @@ fn a_configuration_of_another_provisioner_is_ignored_not_judged() {
 
 #[test]
 fn two_config_maps_for_one_class_is_an_error_naming_both() {
+    common::at_root();
     let a = config("silver").name("ns1", "a").build();
     let b = config("silver").name("ns2", "b").build();
     let other = config("gold").build();
@@ -303,6 +309,7 @@ fn two_config_maps_for_one_class_is_an_error_naming_both() {
 
 #[test]
 fn checks_that_need_the_storage_class() {
+    common::at_root();
     let join = |cm: CmBuilder, binding: &str| {
         let p = ok(cm);
         ClassConfig::new(
@@ -342,6 +349,7 @@ fn checks_that_need_the_storage_class() {
 
 #[test]
 fn warnings_do_not_block() {
+    common::at_root();
     let (usable, problems) = verdict(
         config("silver")
             .set("image", "registry.example.com/prov:latest")
@@ -370,8 +378,9 @@ fn warnings_do_not_block() {
 
 #[test]
 fn the_original_proposal_is_accepted_but_for_its_service_token() {
+    common::at_root();
     let docs = flex_provisioner::offline::read_documents(std::path::Path::new(
-        "tests/fixtures/original-proposal-verbatim.yaml",
+        "testdata/fixtures/original-proposal-verbatim.yaml",
     ))
     .unwrap();
     let cm: k8s_openapi::api::core::v1::ConfigMap = docs[0].to_object().unwrap();

@@ -2,6 +2,8 @@
 //! to the Job or PV shape is a reviewed diff. `UPDATE_GOLDEN=1 cargo test --test golden`
 //! rewrites the files after an intended change.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use flex_provisioner::offline::{RenderInput, read_documents, render_files};
@@ -29,6 +31,7 @@ fn class_of(example: &Path) -> StorageClass {
 
 #[test]
 fn render_output_matches_the_committed_golden_files() {
+    common::at_root();
     let examples = examples();
     assert!(examples.len() >= 4, "examples: {examples:?}");
     let update = std::env::var_os("UPDATE_GOLDEN").is_some();
@@ -39,14 +42,14 @@ fn render_output_matches_the_committed_golden_files() {
         let out = render_files(&RenderInput {
             config: example.clone(),
             class: example.clone(),
-            claim: "tests/fixtures/claim.yaml".into(),
-            node: waits.then(|| "tests/fixtures/node.yaml".into()),
+            claim: "testdata/fixtures/claim.yaml".into(),
+            node: waits.then(|| "testdata/fixtures/node.yaml".into()),
             provisioner_name: class.provisioner.clone(),
             attempt: 1,
             ttl_seconds: 3600,
         })
         .unwrap_or_else(|e| panic!("{}: {e}", example.display()));
-        let golden = Path::new("tests/golden").join(example.file_name().unwrap());
+        let golden = Path::new("testdata/golden").join(example.file_name().unwrap());
         if update {
             std::fs::write(&golden, &out).unwrap();
             continue;
@@ -60,6 +63,6 @@ fn render_output_matches_the_committed_golden_files() {
     }
     assert!(
         mismatched.is_empty(),
-        "render output changed for {mismatched:?}; review with UPDATE_GOLDEN=1 cargo test --test golden && git diff tests/golden"
+        "render output changed for {mismatched:?}; review with UPDATE_GOLDEN=1 cargo test --test golden && git diff testdata/golden"
     );
 }

@@ -10,7 +10,7 @@ use common::provisioning::{
 };
 use common::sandbox::eventually;
 use flex_provisioner::sandbox::Sandbox;
-use flex_provisioner::sandbox::cli::apply_files;
+use flex_provisioner::sandbox_cmd::apply_files;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
@@ -72,6 +72,7 @@ async fn delete_and_wait(sb: &Sandbox, name: &str, pv: &str) {
 
 #[tokio::test]
 async fn hostpath_provisions_binds_writes_and_removes_the_directory() {
+    common::at_root();
     let (sb, _c) = with_examples(&["configmaps/hostpath.yaml"]).await;
     let claim = claim_and_write(&sb, "data", "local-hostpath").await;
     let pv_name = claim.spec.unwrap().volume_name.unwrap();
@@ -94,6 +95,7 @@ async fn hostpath_provisions_binds_writes_and_removes_the_directory() {
 
 #[tokio::test]
 async fn hostpath_refuses_a_path_that_escapes_its_base() {
+    common::at_root();
     let (sb, _c) = with_examples(&["configmaps/hostpath.yaml"]).await;
     let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
         Api::namespaced(sb.client().unwrap(), EXAMPLE_NS);
@@ -143,6 +145,7 @@ async fn claim_with_writer(sb: &Sandbox, name: &str, class: &str) {
 
 #[tokio::test]
 async fn nfs_subdir_provisions_binds_writes_and_archives() {
+    common::at_root();
     let (sb, _c) = with_examples(&["configmaps/nfs-subdir.yaml"]).await;
     let claim = claim_and_write(&sb, "data", "nfs-shared").await;
     let pv_name = claim.spec.unwrap().volume_name.unwrap();

@@ -67,6 +67,7 @@ fn typed(kind: &str, v: &Value) -> Result<Value, String> {
 
 #[test]
 fn every_manifest_is_a_valid_kubernetes_object() {
+    common::at_root();
     let files: Vec<PathBuf> = ["deploy", "configmaps", "examples"]
         .iter()
         .flat_map(|d| yaml_files(d))
@@ -99,6 +100,7 @@ fn every_manifest_is_a_valid_kubernetes_object() {
 
 #[test]
 fn the_deployment_follows_least_privilege_and_is_probed() {
+    common::at_root();
     let docs = read_documents(Path::new("deploy/deployment.yaml")).unwrap();
     let d = &docs[0].value;
     let pod = &d["spec"]["template"]["spec"];
@@ -140,6 +142,7 @@ fn the_deployment_follows_least_privilege_and_is_probed() {
 
 #[test]
 fn every_example_configuration_passes_check() {
+    common::at_root();
     let ours: Vec<PathBuf> = yaml_files("configmaps")
         .into_iter()
         .filter(|p| !p.ends_with("original-proposal.yaml"))
@@ -165,6 +168,7 @@ fn every_example_configuration_passes_check() {
 
 #[tokio::test]
 async fn kubectl_applies_the_kustomization_in_a_client_dry_run() {
+    common::at_root();
     let sb = common::sandbox::start().await;
     let kc = sb.kubeconfig.clone();
     let out = tokio::task::spawn_blocking(move || {

@@ -5,10 +5,10 @@
 
 use std::time::Instant;
 
-use flex_provisioner::sandbox::{Sandbox, SandboxOptions};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
+use kube_sandbox::{Sandbox, SandboxOptions};
 
 fn peak_rss_mib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();

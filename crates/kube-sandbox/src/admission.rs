@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use super::ids;
 use super::resources::Resource;
 use super::status::{ApiError, ApiResult, Cause};
-use crate::names::{is_dns_label, is_dns_subdomain};
+use crate::wellknown::{is_dns_label, is_dns_subdomain};
 
 const SUBDOMAIN_HELP: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
 const LABEL_HELP: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";

@@ -1,12 +1,16 @@
-//! The local sandbox: an in-process Kubernetes API server on 127.0.0.1 speaking the real
-//! REST protocol, simulated control-plane loops (namespaces, garbage collector, PV
-//! controller, Job controller, scheduler) and a pod runner that maps images to local
-//! executables. Used by `flex-provisioner sandbox`, by storage admins trying an image, and
-//! by the test suite through `Sandbox::start`.
+//! kube-sandbox: a local Kubernetes on one machine. An in-process API server on 127.0.0.1
+//! speaking the real REST protocol, simulated control-plane loops (namespaces, garbage
+//! collector, PV controller, Job controller, scheduler) and a pod runner that maps images
+//! to local executables. Used for quick starts, for trying provisioner images, and by test
+//! suites through `Sandbox::start`.
+//!
+//! It is generic: it must not depend on, or know the names and types of, any product that
+//! runs in it. Where it differs from Kubernetes in a way a client could notice, that is a
+//! defect of the sandbox.
+#![forbid(unsafe_code)]
 
 pub mod admission;
 pub mod api;
-pub mod cli;
 pub(crate) mod controllers;
 pub mod events;
 pub mod faults;
@@ -15,6 +19,7 @@ pub mod kubelet;
 pub mod managed;
 mod openapi;
 pub mod patch;
+pub mod quantity;
 pub mod resources;
 pub mod selector;
 mod server;
@@ -22,6 +27,7 @@ pub mod status;
 pub mod store;
 mod tables;
 pub mod watch;
+pub mod wellknown;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -53,7 +59,7 @@ pub struct SandboxOptions {
     /// Scratch space for logs, termination messages and node filesystems (default: a new
     /// directory under the system temp dir, removed when the sandbox is dropped).
     pub work_dir: Option<PathBuf>,
-    /// Directories put first on the PATH of every pod (e.g. where `flex-provisioner` is).
+    /// Directories put first on the PATH of every pod (e.g. helper binaries images call).
     pub extra_path: Vec<PathBuf>,
     /// Port to listen on (0: any free port).
     pub port: u16,
@@ -63,7 +69,7 @@ impl Default for SandboxOptions {
     fn default() -> Self {
         SandboxOptions {
             nodes: vec!["sandbox-node-1".into()],
-            images_dir: PathBuf::from("provisioner-images"),
+            images_dir: PathBuf::from("images"),
             image_map: BTreeMap::new(),
             history_window: 50_000,
             pod_backoff: Duration::from_secs(10),
@@ -112,7 +118,7 @@ impl Sandbox {
         let owns_work_dir = opts.work_dir.is_none();
         let work_dir = opts.work_dir.clone().unwrap_or_else(|| {
             std::env::temp_dir().join(format!(
-                "flex-sandbox-{}-{}",
+                "kube-sandbox-{}-{}",
                 std::process::id(),
                 ids::name_suffix()
             ))
@@ -210,6 +216,6 @@ impl Drop for Sandbox {
 
 fn kubeconfig_yaml(addr: SocketAddr) -> String {
     format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: flex-sandbox\n  cluster:\n    server: http://{addr}\ncontexts:\n- name: flex-sandbox\n  context:\n    cluster: flex-sandbox\n    user: flex-sandbox\n    namespace: default\ncurrent-context: flex-sandbox\nusers:\n- name: flex-sandbox\n  user: {{}}\n"
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-sandbox\n  cluster:\n    server: http://{addr}\ncontexts:\n- name: kube-sandbox\n  context:\n    cluster: kube-sandbox\n    user: kube-sandbox\n    namespace: default\ncurrent-context: kube-sandbox\nusers:\n- name: kube-sandbox\n  user: {{}}\n"
     )
 }

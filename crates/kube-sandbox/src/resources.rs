@@ -324,7 +324,7 @@ fn groups() -> Vec<&'static str> {
 
 pub fn version() -> Value {
     json!({
-        "major": "1", "minor": "36", "gitVersion": "v1.36.2-flex-sandbox",
+        "major": "1", "minor": "36", "gitVersion": "v1.36.2-kube-sandbox",
         "gitCommit": "", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z",
         "goVersion": "", "compiler": "rustc", "platform": "linux/amd64"
     })
@@ -378,7 +378,7 @@ fn resource_entries(r: &Resource) -> Vec<Value> {
     let mut main = json!({
         "name": r.plural, "singularName": r.singular, "namespaced": r.namespaced,
         "kind": r.kind, "verbs": verbs(r),
-        "storageVersionHash": format!("{:012x}", crate::names::fnv1a32(r.plural.as_bytes())),
+        "storageVersionHash": format!("{:012x}", crate::wellknown::fnv1a32(r.plural.as_bytes())),
     });
     if !r.short_names.is_empty() {
         main["shortNames"] = json!(r.short_names);

@@ -6,6 +6,7 @@ pub mod retry;
 pub mod volume;
 
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// Something to tell users about, once: `key` identifies it so it is not repeated.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,8 +54,19 @@ impl Notice {
         self
     }
 
-    pub fn about<K: kube::Resource<DynamicType = ()>>(mut self, object: &K) -> Self {
-        self.related = Some(object.object_ref(&()));
+    pub fn about<K>(mut self, object: &K) -> Self
+    where
+        K: k8s_openapi::Resource + k8s_openapi::Metadata<Ty = ObjectMeta>,
+    {
+        let meta = object.metadata();
+        self.related = Some(ObjectReference {
+            api_version: Some(K::API_VERSION.to_owned()),
+            kind: Some(K::KIND.to_owned()),
+            name: meta.name.clone(),
+            namespace: meta.namespace.clone(),
+            uid: meta.uid.clone(),
+            ..Default::default()
+        });
         self
     }
 }

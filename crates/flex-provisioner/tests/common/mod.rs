@@ -267,4 +267,22 @@ pub fn assert_pv_valid(pv: &PersistentVolume) {
 
 pub mod populate;
 pub mod provisioning;
+// The sandbox crate's own test helpers (starting a sandbox, waiting for conditions).
+#[path = "../../../kube-sandbox/tests/common/sandbox.rs"]
 pub mod sandbox;
+
+/// The repository root: examples, images, deploy/ and testdata/ are found from here.
+pub fn root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("the repository root")
+}
+
+/// Runs the test from the repository root, so that paths read as in the README
+/// (`configmaps/hostpath.yaml`). Every test asks for the same directory, so the order in
+/// which parallel tests call this does not matter.
+pub fn at_root() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| std::env::set_current_dir(root()).expect("cd to the repository root"));
+}

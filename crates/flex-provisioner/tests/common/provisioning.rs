@@ -94,6 +94,7 @@ fn binary_dir() -> PathBuf {
 }
 
 pub async fn sandbox() -> Sandbox {
+    super::at_root();
     // The project's own images, by name, beside the test images.
     let image_map = std::fs::read_dir("provisioner-images")
         .unwrap()

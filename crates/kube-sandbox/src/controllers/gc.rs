@@ -8,9 +8,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::{is_deleting, name_of, ns_of, uid_of};
-use crate::sandbox::api::{Api, DeleteOpts};
-use crate::sandbox::resources::{self, RESOURCES, Rid};
-use crate::sandbox::store::{EventType, Write};
+use crate::api::{Api, DeleteOpts};
+use crate::resources::{self, RESOURCES, Rid};
+use crate::store::{EventType, Write};
 
 fn owner_refs(v: &Value) -> Vec<Value> {
     v["metadata"]["ownerReferences"]

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::{is_deleting, name_of, ns_of, record_event, rid, uid_of};
-use crate::sandbox::api::{Api, DeleteOpts, WriteCtx, set_condition};
-use crate::sandbox::ids;
+use crate::api::{Api, DeleteOpts, WriteCtx, set_condition};
+use crate::ids;
 
 const COMPONENT: &str = "job-controller";
 const TRACKING: &str = "batch.kubernetes.io/job-tracking";

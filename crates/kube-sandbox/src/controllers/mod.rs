@@ -171,7 +171,7 @@ pub fn bootstrap(api: &Api, nodes: &[String]) {
                     "capacity": {"cpu": "2", "memory": "24Gi", "pods": "110"},
                     "allocatable": {"cpu": "2", "memory": "24Gi", "pods": "110"},
                     "nodeInfo": {"kubeletVersion": "v1.36.2", "operatingSystem": "linux", "architecture": "amd64",
-                                 "containerRuntimeVersion": "flex-sandbox://1", "kernelVersion": "", "osImage": "flex sandbox",
+                                 "containerRuntimeVersion": "kube-sandbox://1", "kernelVersion": "", "osImage": "kube sandbox",
                                  "machineID": "", "systemUUID": "", "bootID": "", "kubeProxyVersion": ""},
                     "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": node}],
                 },

@@ -8,9 +8,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::{is_deleting, name_of, rid};
-use crate::sandbox::api::{Api, DeleteOpts, ListOpts, WriteCtx};
-use crate::sandbox::resources::RESOURCES;
-use crate::sandbox::store::Write;
+use crate::api::{Api, DeleteOpts, ListOpts, WriteCtx};
+use crate::resources::RESOURCES;
+use crate::store::Write;
 
 const MANAGER: &str = "kube-controller-manager";
 
@@ -26,7 +26,7 @@ pub fn populate(api: &Api, ns: &str) {
         rid("", "configmaps"),
         ns,
         json!({"metadata": {"name": "kube-root-ca.crt", "annotations": {"kubernetes.io/description": "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters."}},
-               "data": {"ca.crt": "-----BEGIN CERTIFICATE-----\nflex-sandbox (plain HTTP; no CA)\n-----END CERTIFICATE-----\n"}}),
+               "data": {"ca.crt": "-----BEGIN CERTIFICATE-----\nkube-sandbox (plain HTTP; no CA)\n-----END CERTIFICATE-----\n"}}),
         &ctx,
     );
 }

@@ -11,12 +11,12 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::{is_deleting, name_of, ns_of, record_event, rid, uid_of};
-use crate::names::{
+use crate::api::Api;
+use crate::quantity::parse_bytes;
+use crate::store::Write;
+use crate::wellknown::{
     ANN_PROVISIONED_BY, ANN_SELECTED_NODE, ANN_STORAGE_PROVISIONER, ANN_STORAGE_PROVISIONER_BETA,
 };
-use crate::quantity::parse_bytes;
-use crate::sandbox::api::Api;
-use crate::sandbox::store::Write;
 
 const COMPONENT: &str = "persistentvolume-controller";
 const BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
@@ -419,7 +419,7 @@ pub async fn run(api: Arc<Api>) {
             let mut free_volume = false;
             for c in changes {
                 let o = &c.object;
-                let deleted = c.event == crate::sandbox::store::EventType::Deleted;
+                let deleted = c.event == crate::store::EventType::Deleted;
                 if c.rid == pv.claims {
                     if deleted {
                         // A claim that went away releases the volumes bound to it.

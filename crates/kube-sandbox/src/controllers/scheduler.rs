@@ -10,9 +10,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::{is_deleting, name_of, ns_of, record_event, rid, uid_of};
-use crate::names::ANN_SELECTED_NODE;
-use crate::sandbox::api::{Api, set_condition};
-use crate::sandbox::store::Write;
+use crate::api::{Api, set_condition};
+use crate::store::Write;
+use crate::wellknown::ANN_SELECTED_NODE;
 
 const COMPONENT: &str = "default-scheduler";
 

@@ -1,0 +1,87 @@
+//! Starting a sandbox for a test, with small test images, and waiting for conditions.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use kube_sandbox::{Sandbox, SandboxOptions};
+
+/// Test images: `<name>` -> shell script body.
+pub const IMAGES: &[(&str, &str)] = &[
+    ("ok", "exit 0"),
+    (
+        "fail",
+        "echo \"fail: transient trouble\" > \"$TERMINATION_LOG\"\nexit 1",
+    ),
+    (
+        "permanent",
+        "echo \"permanent: cannot ever work\" > \"$TERMINATION_LOG\"\nexit 2",
+    ),
+    (
+        "noisy-fail",
+        "i=0\nwhile [ $i -lt 50 ]; do echo \"line $i\"; i=$((i+1)); done\necho 'last words' >&2\nexit 3",
+    ),
+    ("sleep", "trap 'exit 143' TERM\nsleep 60 &\nwait $!"),
+    (
+        "env",
+        "env | sort > \"$SANDBOX_ROOT/env-$HOSTNAME\"\nexit 0",
+    ),
+];
+
+pub fn images_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "flex-test-images-{}-{}",
+        std::process::id(),
+        kube_sandbox::ids::name_suffix()
+    ));
+    for (name, body) in IMAGES {
+        let d = dir.join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        let p = d.join("entrypoint");
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    dir
+}
+
+pub fn options() -> SandboxOptions {
+    SandboxOptions {
+        images_dir: images_dir(),
+        pod_backoff: Duration::from_millis(200),
+        nodes: vec!["node-a".into(), "node-b".into()],
+        ..Default::default()
+    }
+}
+
+pub async fn start() -> Sandbox {
+    Sandbox::start(options()).await.expect("sandbox starts")
+}
+
+/// Polls `f` until it returns `Some`, or panics with `what` after `secs`.
+pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {secs}s waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `(code, reason)` of an API error, panicking on anything else.
+pub fn api_error<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> (u16, String) {
+    match r {
+        Err(kube::Error::Api(s)) => (s.code, s.reason.clone()),
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
