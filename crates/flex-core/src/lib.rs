@@ -14,9 +14,9 @@ mod error;
 pub mod job;
 pub mod names;
 pub mod plan;
-pub mod quantity;
 pub mod rendered;
 pub mod template;
 pub mod volume;
 
 pub use error::{Error, Result};
+pub use kube_rules::quantity;

@@ -67,9 +67,6 @@ pub const BUILTIN_ENV: &[&str] = &[
     "KUBECONFIG",
 ];
 
-const MAX_DNS_LABEL: usize = 63;
-const MAX_DNS_SUBDOMAIN: usize = 253;
-
 /// Which step a Job performs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Action {
@@ -150,20 +147,7 @@ pub fn fnv1a32(bytes: &[u8]) -> u32 {
     })
 }
 
-/// RFC 1123 label: what the API server demands of namespace, Job and container names.
-pub fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= MAX_DNS_LABEL
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-/// RFC 1123 subdomain: what the API server demands of most object names (PVs, service accounts).
-pub fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= MAX_DNS_SUBDOMAIN && s.split('.').all(is_dns_label)
-}
+pub use kube_rules::names::{MAX_DNS_LABEL, MAX_DNS_SUBDOMAIN, is_dns_label, is_dns_subdomain};
 
 /// A label value: at most 63 characters of `[A-Za-z0-9_.-]`, starting and ending alphanumeric.
 pub fn is_label_value(s: &str) -> bool {

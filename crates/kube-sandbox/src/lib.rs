@@ -19,7 +19,6 @@ pub mod kubelet;
 pub mod managed;
 mod openapi;
 pub mod patch;
-pub mod quantity;
 pub mod resources;
 pub mod selector;
 mod server;

@@ -9,9 +9,6 @@ pub const ANN_STORAGE_PROVISIONER_BETA: &str = "volume.beta.kubernetes.io/storag
 pub const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 /// Set by provisioners on the PVs they make.
 pub const ANN_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
-const MAX_DNS_LABEL: usize = 63;
-const MAX_DNS_SUBDOMAIN: usize = 253;
-
 /// FNV-1a, for stable short hashes (discovery's storage version hash).
 pub fn fnv1a32(bytes: &[u8]) -> u32 {
     bytes.iter().fold(0x811c_9dc5_u32, |h, b| {
@@ -19,17 +16,4 @@ pub fn fnv1a32(bytes: &[u8]) -> u32 {
     })
 }
 
-/// An RFC 1123 label, as the API server checks names.
-pub fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= MAX_DNS_LABEL
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-/// An RFC 1123 subdomain.
-pub fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= MAX_DNS_SUBDOMAIN && s.split('.').all(is_dns_label)
-}
+pub use kube_rules::names::{is_dns_label, is_dns_subdomain};

@@ -12,11 +12,11 @@ use serde_json::{Value, json};
 
 use super::{is_deleting, name_of, ns_of, record_event, rid, uid_of};
 use crate::api::Api;
-use crate::quantity::parse_bytes;
 use crate::store::Write;
 use crate::wellknown::{
     ANN_PROVISIONED_BY, ANN_SELECTED_NODE, ANN_STORAGE_PROVISIONER, ANN_STORAGE_PROVISIONER_BETA,
 };
+use kube_rules::quantity::parse_bytes;
 
 const COMPONENT: &str = "persistentvolume-controller";
 const BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
