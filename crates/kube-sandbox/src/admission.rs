@@ -6,10 +6,11 @@ use serde_json::{Value, json};
 use super::ids;
 use super::resources::Resource;
 use super::status::{ApiError, ApiResult, Cause};
+use super::validation;
 use crate::wellknown::{is_dns_label, is_dns_subdomain};
 
-const SUBDOMAIN_HELP: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
-const LABEL_HELP: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
+pub(crate) const SUBDOMAIN_HELP: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+pub(crate) const LABEL_HELP: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
 
 fn invalid(r: &Resource, name: &str, causes: Vec<Cause>) -> ApiError {
     ApiError::invalid(r.kind, r.group, name, causes)
@@ -175,9 +176,24 @@ fn default_pod_spec(spec: &mut Value) {
     }
 }
 
+/// The spec defaults of volumes and claims, applied whenever the real server decodes one.
+fn default_volume_spec(r: &Resource, obj: &mut Value) {
+    match (r.group, r.plural) {
+        ("", "persistentvolumeclaims") => {
+            default(obj, "/spec/volumeMode", json!("Filesystem"));
+        }
+        ("", "persistentvolumes") => {
+            default(obj, "/spec/volumeMode", json!("Filesystem"));
+            default(obj, "/spec/persistentVolumeReclaimPolicy", json!("Retain"));
+        }
+        _ => {}
+    }
+}
+
 /// Defaults and validation for a new object. `obj` already has name, namespace, uid and
 /// creationTimestamp.
 pub fn prepare_create(r: &Resource, obj: &mut Value) -> ApiResult<()> {
+    validation::check_decodable(r, obj)?;
     let name = obj["metadata"]["name"]
         .as_str()
         .unwrap_or_default()
@@ -197,15 +213,16 @@ pub fn prepare_create(r: &Resource, obj: &mut Value) -> ApiResult<()> {
             obj["metadata"]["labels"]["kubernetes.io/metadata.name"] = json!(name);
         }
         ("", "persistentvolumeclaims") => {
-            default(obj, "/spec/volumeMode", json!("Filesystem"));
+            default_volume_spec(r, obj);
             obj["status"] = json!({"phase": "Pending"});
             add_finalizer(obj, "kubernetes.io/pvc-protection");
+            validation::validate_create(r, &name, obj)?;
         }
         ("", "persistentvolumes") => {
-            default(obj, "/spec/volumeMode", json!("Filesystem"));
-            default(obj, "/spec/persistentVolumeReclaimPolicy", json!("Retain"));
+            default_volume_spec(r, obj);
             obj["status"] = json!({"phase": "Pending"});
             add_finalizer(obj, "kubernetes.io/pv-protection");
+            validation::validate_create(r, &name, obj)?;
         }
         ("storage.k8s.io", "storageclasses") => {
             default(obj, "/reclaimPolicy", json!("Delete"));
@@ -346,6 +363,7 @@ fn prepare_job(r: &Resource, obj: &mut Value, name: &str) -> ApiResult<()> {
 
 /// Validation of an update against the stored object; identity fields are kept.
 pub fn prepare_update(r: &Resource, old: &Value, new: &mut Value) -> ApiResult<()> {
+    validation::check_decodable(r, new)?;
     let name = old["metadata"]["name"]
         .as_str()
         .unwrap_or_default()
@@ -397,6 +415,12 @@ pub fn prepare_update(r: &Resource, old: &Value, new: &mut Value) -> ApiResult<(
     if r.group.is_empty() && r.plural == "pods" {
         validate_pod_update(r, &name, old, new)?;
     }
+    // A spec the client left as stored (always so for status writes) is not defaulted
+    // again: the stored one already was.
+    if old.get("spec") != new.get("spec") {
+        default_volume_spec(r, new);
+    }
+    validation::validate_update(r, &name, old, new)?;
     if r.generation {
         let spec_changed = old.get("spec") != new.get("spec");
         let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);

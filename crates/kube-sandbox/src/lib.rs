@@ -25,6 +25,7 @@ mod server;
 pub mod status;
 pub mod store;
 mod tables;
+mod validation;
 pub mod watch;
 pub mod wellknown;
 
