@@ -24,6 +24,9 @@ use super::controllers::{is_deleting, name_of, ns_of, record_event, rid, uid_of}
 use super::ids;
 
 const COMPONENT: &str = "kubelet";
+/// The shortest time a kubelet gives a container between TERM and KILL (its
+/// `minimumGracePeriodInSeconds`), also when the pod was force-deleted.
+const MIN_GRACE_SECS: u64 = 2;
 /// How much output a failed container's message keeps with FallbackToLogsOnError.
 const LOG_TAIL_BYTES: usize = 2048;
 
@@ -148,9 +151,14 @@ impl Kubelet {
         loop {
             // Changed pods are looked at as they change; every pod on the tick.
             let mut changed: Vec<(String, String)> = Vec::new();
+            // Pods removed from the API (force-deleted, or deleted with no grace left).
+            let mut gone: Vec<String> = Vec::new();
             let mut full = false;
             let mut note = |c: Result<Arc<super::store::Change>, _>| match c {
                 Ok(c) if c.rid == pods => {
+                    if c.event == super::store::EventType::Deleted {
+                        gone.push(uid_of(&c.object).to_owned());
+                    }
                     changed.push((ns_of(&c.object).to_owned(), name_of(&c.object).to_owned()))
                 }
                 Ok(_) => {}
@@ -188,6 +196,25 @@ impl Kubelet {
                     .filter(|p| on_our_node(p))
                     .collect()
             };
+            if full {
+                // Whatever still runs for a pod the API no longer has (a deletion this loop
+                // missed, or a container started just as its pod went).
+                let live: HashSet<&str> = mine.iter().map(uid_of).collect();
+                let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+                gone.extend(
+                    running
+                        .keys()
+                        .filter(|uid| !live.contains(uid.as_str()))
+                        .cloned(),
+                );
+            }
+            // A pod whose object is gone stops now: its containers get TERM, and KILL after
+            // the kubelet's minimum grace period.
+            gone.sort();
+            gone.dedup();
+            for uid in &gone {
+                self.terminate(uid, MIN_GRACE_SECS);
+            }
             for pod in mine {
                 let uid = uid_of(&pod).to_owned();
                 if is_deleting(&pod) {
@@ -215,48 +242,66 @@ impl Kubelet {
 
     /// A deleted pod: stop its containers; once they are gone, remove the pod.
     fn stop(&self, pod: &Value) {
-        let uid = uid_of(pod).to_owned();
+        let grace = pod["metadata"]["deletionGracePeriodSeconds"]
+            .as_u64()
+            .unwrap_or(30)
+            .min(30);
+        if !self.terminate(uid_of(pod), grace) {
+            self.remove_pod(pod);
+        }
+    }
+
+    /// Stops the running containers of a pod (by uid): TERM to each process group, KILL
+    /// after `grace` seconds. Says whether the pod has containers (stopping or not).
+    fn terminate(&self, uid: &str, grace: u64) -> bool {
         let entries = self
             .running
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get_mut(&uid)
+            .get_mut(uid)
             .map(|v| {
                 v.iter_mut()
                     .map(|(pgid, tx)| (*pgid, tx.take()))
                     .collect::<Vec<_>>()
-            });
-        match entries {
-            Some(list) if !list.is_empty() => {
-                for (pgid, tx) in list {
-                    if let Some(tx) = tx {
-                        let _ = tx.send(());
-                        let grace = pod["metadata"]["deletionGracePeriodSeconds"]
-                            .as_u64()
-                            .unwrap_or(30)
-                            .min(30);
-                        signal(pgid, "TERM");
-                        tokio::spawn(async move {
-                            tokio::time::sleep(Duration::from_secs(grace)).await;
-                            signal(pgid, "KILL");
-                        });
-                    }
-                }
-            }
-            _ => {
-                let opts = DeleteOpts {
-                    grace_period: Some(0),
-                    ..Default::default()
-                };
-                let _ = self
-                    .api
-                    .delete(rid("", "pods"), ns_of(pod), name_of(pod), &opts);
+            })
+            .unwrap_or_default();
+        if entries.is_empty() {
+            return false;
+        }
+        // Containers already being stopped have their KILL scheduled.
+        for (pgid, tx) in entries {
+            if let Some(tx) = tx {
+                let _ = tx.send(());
+                signal(pgid, "TERM");
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_secs(grace)).await;
+                    signal(pgid, "KILL");
+                });
             }
         }
+        true
     }
 
+    /// Writes to this pod only: not to another made since under the same name.
     fn write_pod(&self, pod: &Value, f: impl FnOnce(&mut Value)) -> Option<Value> {
-        super::controllers::modify(&self.api, rid("", "pods"), ns_of(pod), name_of(pod), f)
+        let uid = uid_of(pod).to_owned();
+        super::controllers::modify(&self.api, rid("", "pods"), ns_of(pod), name_of(pod), |p| {
+            if uid_of(p) == uid {
+                f(p)
+            }
+        })
+    }
+
+    /// Removes this pod's object (not another's of the same name) once it has stopped.
+    fn remove_pod(&self, pod: &Value) {
+        let opts = DeleteOpts {
+            grace_period: Some(0),
+            precondition_uid: Some(uid_of(pod).to_owned()),
+            ..Default::default()
+        };
+        let _ = self
+            .api
+            .delete(rid("", "pods"), ns_of(pod), name_of(pod), &opts);
     }
 
     fn lookup(
@@ -627,8 +672,12 @@ impl Kubelet {
                     if !again {
                         return (p.name.clone(), code, message, restarts);
                     }
-                    restarts += 1;
                     tokio::time::sleep(Duration::from_secs(1)).await;
+                    // Deleted while waiting to restart: nothing starts again.
+                    if me.is_stopping(&pod) {
+                        return (p.name.clone(), code, message, restarts);
+                    }
+                    restarts += 1;
                 }
             }
         });
@@ -663,13 +712,7 @@ impl Kubelet {
             set_condition(p, "PodReadyToStartContainers", "False", None, None);
         });
         if stopping {
-            let opts = DeleteOpts {
-                grace_period: Some(0),
-                ..Default::default()
-            };
-            let _ = self
-                .api
-                .delete(rid("", "pods"), ns_of(&pod), name_of(&pod), &opts);
+            self.remove_pod(&pod);
         }
     }
 
@@ -677,7 +720,7 @@ impl Kubelet {
         self.api
             .store
             .get(rid("", "pods"), ns_of(pod), name_of(pod))
-            .is_none_or(|p| is_deleting(&p))
+            .is_none_or(|p| is_deleting(&p) || uid_of(&p) != uid_of(pod))
     }
 
     async fn run_container(&self, pod: &Value, p: &Prepared) -> (i64, String) {

@@ -1,6 +1,7 @@
 //! Namespace lifecycle: every namespace gets its `default` ServiceAccount and the
 //! `kube-root-ca.crt` ConfigMap (created with the namespace, so a pod created right after it
-//! finds its service account); a deleted namespace is emptied, then removed.
+//! finds its service account); a deleted namespace is emptied (pods gracefully, as their
+//! kubelet stops them), then removed.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,9 +46,11 @@ fn finalize(api: &Api, ns: &Value) {
         for item in list["items"].as_array().into_iter().flatten() {
             remaining += 1;
             if !is_deleting(item) {
+                // As the real namespace controller deletes: background propagation and each
+                // object's own grace period, so running pods are stopped by their kubelet
+                // (TERM, then KILL after their grace period) before they go.
                 let opts = DeleteOpts {
                     propagation: Some("Background".into()),
-                    grace_period: Some(0),
                     ..Default::default()
                 };
                 let _ = api.delete(i, &name, name_of(item), &opts);

@@ -1,17 +1,24 @@
 //! The PV controller, in what provisioners rely on: it marks claims of external
 //! provisioners with `volume.kubernetes.io/storage-provisioner` (after a node is selected
-//! for WaitForFirstConsumer), binds claims to pre-bound or matching volumes, marks volumes
-//! Released when their claim goes, fails manual Delete volumes, and removes the
+//! for WaitForFirstConsumer), binds claims to pre-bound or matching volumes, releases
+//! volumes whose claim is gone and applies their reclaim policy, and removes the
 //! pvc/pv-protection finalizers when nothing uses the object any more.
+//!
+//! As in Kubernetes' `syncVolume`, a volume whose `claimRef` names a claim (with a uid) that
+//! does not exist, or exists with another uid, is Released at once, bound before or not; a
+//! `claimRef` without a uid (pre-bound by name) waits for its claim, Available. Events about
+//! pending claims repeat on every sync, as the real controller's do, aggregated into one
+//! Event whose `count` grows, as client-go's event recorder does.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use super::{is_deleting, name_of, ns_of, record_event, rid, uid_of};
-use crate::api::Api;
+use crate::api::{Api, DeleteOpts};
+use crate::ids;
 use crate::store::Write;
 use crate::wellknown::{
     ANN_PROVISIONED_BY, ANN_SELECTED_NODE, ANN_STORAGE_PROVISIONER, ANN_STORAGE_PROVISIONER_BETA,
@@ -21,14 +28,34 @@ use kube_rules::quantity::parse_bytes;
 const COMPONENT: &str = "persistentvolume-controller";
 const BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
 const BOUND_BY_CONTROLLER: &str = "pv.kubernetes.io/bound-by-controller";
+const MIGRATED_TO: &str = "pv.kubernetes.io/migrated-to";
+/// The real controller's resync period (`--pvclaimbinder-sync-period`): how often an
+/// unchanged pending claim is synced again, and so how often its event repeats.
+const RESYNC: Duration = Duration::from_secs(15);
 
 struct Pv {
     claims: usize,
     volumes: usize,
     classes: usize,
     pods: usize,
-    /// (claim uid, reason) of events already sent, so each is said once.
-    said: HashSet<(String, &'static str)>,
+    events: usize,
+    /// Per pending claim (uid): when it last had a sync that emits events, and the claim's
+    /// resourceVersion then. This loop resyncs every tick; the real one every 15 s or on a
+    /// change to the claim, which is when an event is due again.
+    synced: HashMap<String, (Instant, String)>,
+    /// The Event each (object uid, reason, message) went into, so that a repeat counts up
+    /// (namespace, name), as client-go's event correlator does.
+    recorded: HashMap<(String, String, String), (String, String)>,
+}
+
+/// What the Delete reclaim policy does with a released volume.
+enum Deleter {
+    /// An external provisioner deletes it (the controller leaves it Released).
+    External,
+    /// The in-tree deleter removes the storage; then the PV object goes.
+    Deletes,
+    /// No deleter can: Failed, with this message.
+    Fails(String),
 }
 
 fn phase(v: &Value) -> &str {
@@ -39,11 +66,107 @@ fn annotation<'a>(v: &'a Value, k: &str) -> Option<&'a str> {
     v["metadata"]["annotations"][k].as_str()
 }
 
-impl Pv {
-    fn emit(&mut self, api: &Api, claim: &Value, type_: &str, reason: &'static str, message: &str) {
-        if self.said.insert((uid_of(claim).to_owned(), reason)) {
-            record_event(api, claim, type_, reason, message, COMPONENT);
+/// How Kubernetes' `findDeletablePlugin` and the in-tree deleters treat a volume.
+fn deleter(pv: &Value) -> Deleter {
+    let spec = &pv["spec"];
+    let host_path = |path: &str| {
+        // The hostPath deleter accepts what the regexp `/tmp/.+` finds, anywhere in the path.
+        if path.find("/tmp/").is_some_and(|i| path.len() > i + 5) {
+            Deleter::Deletes
+        } else {
+            Deleter::Fails(format!(
+                "host_path deleter only supports /tmp/.+ but received provided {path}"
+            ))
         }
+    };
+    match annotation(pv, ANN_PROVISIONED_BY) {
+        Some(p) if !p.is_empty() && !p.starts_with("kubernetes.io/") => return Deleter::External,
+        Some("kubernetes.io/host-path") => {
+            return host_path(spec["hostPath"]["path"].as_str().unwrap_or_default());
+        }
+        Some(p) if !p.is_empty() => {
+            return Deleter::Fails(format!("no volume plugin matched name: {p}"));
+        }
+        _ => {}
+    }
+    if annotation(pv, MIGRATED_TO).is_some() || spec.get("csi").is_some_and(|c| !c.is_null()) {
+        return Deleter::External;
+    }
+    if let Some(path) = spec["hostPath"]["path"].as_str() {
+        return host_path(path);
+    }
+    Deleter::Fails(format!(
+        "error getting deleter volume plugin for volume \"{}\": no deletable volume plugin matched",
+        name_of(pv)
+    ))
+}
+
+impl Pv {
+    /// An event of a claim sync: due on the claim's first sync, after a change to it, and
+    /// once per resync period (see `synced`).
+    fn emit(&mut self, api: &Api, claim: &Value, type_: &str, reason: &str, message: &str) {
+        let rv = claim["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or_default();
+        let due = match self.synced.get(uid_of(claim)) {
+            Some((at, seen)) => seen != rv || at.elapsed() >= RESYNC,
+            None => true,
+        };
+        if due {
+            self.synced
+                .insert(uid_of(claim).to_owned(), (Instant::now(), rv.to_owned()));
+            self.record(api, claim, type_, reason, message);
+        }
+    }
+
+    /// Records an event; a repeat of one already recorded (same object, reason and message)
+    /// increments that Event's `count` and `lastTimestamp` instead of making another.
+    fn record(&mut self, api: &Api, object: &Value, type_: &str, reason: &str, message: &str) {
+        let key = (
+            uid_of(object).to_owned(),
+            reason.to_owned(),
+            message.to_owned(),
+        );
+        if let Some((ns, name)) = self.recorded.get(&key) {
+            let now = ids::now();
+            let counted = super::modify(api, self.events, ns, name, |e| {
+                let count = e["count"].as_i64().unwrap_or(1);
+                e["count"] = json!(count + 1);
+                e["lastTimestamp"] = json!(now);
+            });
+            if counted.is_some() {
+                return;
+            }
+            self.recorded.remove(&key);
+        }
+        record_event(api, object, type_, reason, message, COMPONENT);
+        let ns = match ns_of(object) {
+            "" => "default",
+            ns => ns,
+        };
+        let (made, _) = api.store.list(self.events, Some(ns), |e| {
+            e["involvedObject"]["uid"].as_str() == Some(key.0.as_str())
+                && e["reason"].as_str() == Some(reason)
+                && e["message"].as_str() == Some(message)
+                && e["source"]["component"].as_str() == Some(COMPONENT)
+        });
+        let newest = made.iter().max_by_key(|e| {
+            e["metadata"]["resourceVersion"]
+                .as_str()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or_default()
+        });
+        if let Some(e) = newest {
+            self.recorded
+                .insert(key, (ns.to_owned(), name_of(e).to_owned()));
+        }
+    }
+
+    /// Forgets what it keeps about claims that are no longer pending.
+    fn forget_except(&mut self, pending: &HashSet<&str>) {
+        self.synced.retain(|uid, _| pending.contains(uid.as_str()));
+        self.recorded
+            .retain(|(uid, _, _), _| pending.contains(uid.as_str()));
     }
 
     /// Applies `f` to the stored object (a spec/metadata write, or a status write).
@@ -127,6 +250,13 @@ impl Pv {
             return;
         }
         if class.is_empty() {
+            self.emit(
+                api,
+                claim,
+                "Normal",
+                "FailedBinding",
+                "no persistent volumes available for this claim and no storage class is set",
+            );
             return;
         }
         let Some(sc) = api.store.get(self.classes, "", &class) else {
@@ -142,13 +272,33 @@ impl Pv {
         let provisioner = sc["provisioner"].as_str().unwrap_or_default().to_owned();
         let waits = sc["volumeBindingMode"].as_str() == Some("WaitForFirstConsumer");
         if waits && annotation(claim, ANN_SELECTED_NODE).is_none() {
-            self.emit(
-                api,
-                claim,
-                "Normal",
-                "WaitForFirstConsumer",
-                "waiting for first consumer to be created before binding",
-            );
+            // Pods that use the claim and wait for the scheduler are named, as the real
+            // controller does.
+            let (unscheduled, _) = api.store.list(self.pods, Some(&ns), |p| {
+                p["spec"]["nodeName"].as_str().is_none_or(str::is_empty)
+                    && !matches!(phase(p), "Succeeded" | "Failed")
+                    && p["spec"]["volumes"].as_array().is_some_and(|vols| {
+                        vols.iter().any(|v| {
+                            v["persistentVolumeClaim"]["claimName"].as_str() == Some(&name)
+                        })
+                    })
+            });
+            let names: Vec<&str> = unscheduled.iter().map(name_of).collect();
+            let (reason, message) = match names.as_slice() {
+                [] => (
+                    "WaitForFirstConsumer",
+                    "waiting for first consumer to be created before binding".to_owned(),
+                ),
+                [one] => (
+                    "WaitForPodScheduled",
+                    format!("waiting for pod {one} to be scheduled"),
+                ),
+                many => (
+                    "WaitForPodScheduled",
+                    format!("waiting for pods {} to be scheduled", many.join(",")),
+                ),
+            };
+            self.emit(api, claim, "Normal", reason, &message);
             return;
         }
         if annotation(claim, ANN_STORAGE_PROVISIONER) != Some(provisioner.as_str()) {
@@ -166,15 +316,6 @@ impl Pv {
             "ExternalProvisioning",
             &format!("Waiting for a volume to be created either by the external provisioner '{provisioner}' or manually by the system administrator. If volume creation is delayed, please verify that the provisioner is running and correctly registered."),
         );
-    }
-
-    fn claim_of(&self, api: &Api, pv: &Value) -> Option<Value> {
-        let r = &pv["spec"]["claimRef"];
-        api.store.get(
-            self.claims,
-            r["namespace"].as_str().unwrap_or_default(),
-            r["name"].as_str().unwrap_or_default(),
-        )
     }
 
     fn claim_in_use(&self, api: &Api, ns: &str, name: &str) -> bool {
@@ -243,87 +384,144 @@ impl Pv {
         });
     }
 
+    /// Sets the volume's phase (and message) if it differs; says whether it did.
+    fn set_phase(&self, api: &Api, pv: &Value, to: &str, message: &str) -> bool {
+        if phase(pv) == to {
+            return false;
+        }
+        let (to, message) = (to.to_owned(), message.to_owned());
+        self.modify(api, self.volumes, "", name_of(pv), |v| {
+            v["status"]["phase"] = json!(to);
+            if message.is_empty() {
+                if let Some(st) = v["status"].as_object_mut() {
+                    st.remove("message");
+                }
+            } else {
+                v["status"]["message"] = json!(message);
+            }
+            true
+        });
+        true
+    }
+
+    /// The PV controller's sync of a volume, then the pv-protection controller's: a
+    /// deleted volume goes once it is no longer Bound.
     fn sync_volume(&mut self, api: &Api, pv: &Value) {
-        let name = name_of(pv).to_owned();
-        // A deleted PV still goes Released when its claim goes; pv-protection lets it
-        // go once it is no longer bound.
-        if is_deleting(pv) {
-            let claim_uid = pv["spec"]["claimRef"]["uid"].as_str().unwrap_or_default();
-            let claim_alive = self
-                .claim_of(api, pv)
-                .is_some_and(|c| uid_of(&c) == claim_uid);
-            if phase(pv) == "Bound" && !claim_alive {
-                self.modify(api, self.volumes, "", &name, |v| {
-                    v["status"]["phase"] = json!("Released");
-                    true
-                });
-            } else if phase(pv) != "Bound" {
-                self.modify(api, self.volumes, "", &name, |v| {
-                    remove_finalizer(v, "kubernetes.io/pv-protection")
-                });
-            }
-            return;
+        let now = self.reconcile_volume(api, pv);
+        if is_deleting(pv) && now != "Bound" {
+            self.modify(api, self.volumes, "", name_of(pv), |v| {
+                remove_finalizer(v, "kubernetes.io/pv-protection")
+            });
         }
+    }
+
+    /// Kubernetes' `syncVolume`; returns the volume's phase afterwards.
+    fn reconcile_volume(&mut self, api: &Api, pv: &Value) -> String {
         let claim_ref = &pv["spec"]["claimRef"];
-        if claim_ref.is_null() {
-            if phase(pv) != "Available" {
-                self.modify(api, self.volumes, "", &name, |v| {
-                    v["status"]["phase"] = json!("Available");
-                    true
-                });
-            }
-            return;
+        // Unused, or pre-bound by name only (the claim's sync binds it): Available.
+        let uid = claim_ref["uid"].as_str().unwrap_or_default();
+        if claim_ref.is_null() || uid.is_empty() {
+            self.set_phase(api, pv, "Available", "");
+            return "Available".into();
         }
-        let Some(uid) = claim_ref["uid"].as_str() else {
-            if phase(pv) == "Pending" {
-                self.modify(api, self.volumes, "", &name, |v| {
-                    v["status"]["phase"] = json!("Available");
-                    true
-                });
-            }
-            return;
-        };
         let claim = api.store.get(
             self.claims,
             claim_ref["namespace"].as_str().unwrap_or_default(),
             claim_ref["name"].as_str().unwrap_or_default(),
         );
-        let claim_alive = claim.as_ref().is_some_and(|c| uid_of(c) == uid);
-        if claim_alive || !matches!(phase(pv), "Bound" | "Released" | "Failed") {
-            return;
+        // A claim of another uid is a new one under the old name: the old one is gone.
+        let Some(claim) = claim.filter(|c| uid_of(c) == uid) else {
+            return self.release(api, pv);
+        };
+        let wants = claim["spec"]["volumeName"].as_str().unwrap_or_default();
+        if wants.is_empty() {
+            // Not bound yet: the claim's sync finishes the binding.
+            return phase(pv).to_owned();
         }
-        if phase(pv) == "Bound" {
-            self.modify(api, self.volumes, "", &name, |v| {
-                v["status"]["phase"] = json!("Released");
-                true
-            });
+        if wants == name_of(pv) {
+            self.set_phase(api, pv, "Bound", "");
+            return "Bound".into();
         }
+        // The claim is bound to another volume.
         let policy = pv["spec"]["persistentVolumeReclaimPolicy"]
             .as_str()
-            .unwrap_or("Retain");
-        if policy == "Delete"
-            && annotation(pv, ANN_PROVISIONED_BY).is_none()
-            && phase(pv) != "Failed"
-        {
-            let message = format!(
-                "error getting deleter volume plugin for volume \"{name}\": no deletable volume plugin matched"
-            );
-            self.modify(api, self.volumes, "", &name, |v| {
-                v["status"]["phase"] = json!("Failed");
-                v["status"]["message"] = json!(message);
-                true
-            });
+            .unwrap_or_default();
+        if annotation(pv, ANN_PROVISIONED_BY).is_some() && policy == "Delete" {
+            // Provisioned for this claim and not needed: released, to be deleted.
+            return self.release(api, pv);
+        }
+        // Bound by the controller: made free again; pre-bound by the user: keeps the name
+        // and waits for the claim to be free.
+        let by_controller = annotation(pv, BOUND_BY_CONTROLLER).is_some();
+        self.modify(api, self.volumes, "", name_of(pv), |v| {
+            if by_controller {
+                v["spec"]["claimRef"] = Value::Null;
+                if let Some(a) = v["metadata"]["annotations"].as_object_mut() {
+                    a.remove(BOUND_BY_CONTROLLER);
+                }
+            } else if let Some(r) = v["spec"]["claimRef"].as_object_mut() {
+                r.remove("uid");
+            }
+            true
+        });
+        if let Some(v) = api.store.get(self.volumes, "", name_of(pv)) {
+            self.set_phase(api, &v, "Available", "");
+        }
+        "Available".into()
+    }
+
+    /// A volume whose claim is gone: Released (a Failed one stays Failed), then its reclaim
+    /// policy (Kubernetes' `reclaimVolume`).
+    fn release(&mut self, api: &Api, pv: &Value) -> String {
+        let name = name_of(pv).to_owned();
+        let mut now = phase(pv).to_owned();
+        if now != "Released" && now != "Failed" {
+            self.set_phase(api, pv, "Released", "");
+            now = "Released".into();
+        }
+        let fail = |reason: &str, message: &str| {
+            if now == "Failed" {
+                return;
+            }
+            self.set_phase(api, pv, "Failed", message);
             if let Some(v) = api.store.get(self.volumes, "", &name) {
-                record_event(
-                    api,
-                    &v,
-                    "Warning",
-                    "VolumeFailedDelete",
-                    &message,
-                    COMPONENT,
+                record_event(api, &v, "Warning", reason, message, COMPONENT);
+            }
+        };
+        match pv["spec"]["persistentVolumeReclaimPolicy"]
+            .as_str()
+            .unwrap_or("Retain")
+        {
+            // Retain: kept for the administrator. Recycle: no recycler runs here (it is
+            // deprecated); the volume stays Released.
+            "Retain" | "Recycle" => {}
+            // A volume already being deleted is not deleted again.
+            "Delete" if is_deleting(pv) => {}
+            "Delete" => match deleter(pv) {
+                Deleter::External => {}
+                Deleter::Fails(message) => {
+                    fail("VolumeFailedDelete", &message);
+                    return "Failed".into();
+                }
+                Deleter::Deletes => {
+                    // The storage is on the controller-manager's host, no sandbox node:
+                    // only the object goes.
+                    let opts = DeleteOpts {
+                        precondition_uid: Some(uid_of(pv).to_owned()),
+                        ..Default::default()
+                    };
+                    let _ = api.delete(self.volumes, "", &name, &opts);
+                }
+            },
+            _ => {
+                fail(
+                    "VolumeUnknownReclaimPolicy",
+                    "Volume has unrecognized PersistentVolumeReclaimPolicy",
                 );
+                return "Failed".into();
             }
         }
+        now
     }
 }
 
@@ -384,7 +582,9 @@ pub async fn run(api: Arc<Api>) {
         volumes: rid("", "persistentvolumes"),
         classes: rid("storage.k8s.io", "storageclasses"),
         pods: rid("", "pods"),
-        said: HashSet::new(),
+        events: rid("", "events"),
+        synced: HashMap::new(),
+        recorded: HashMap::new(),
     };
     let interests = vec![pv.claims, pv.volumes, pv.classes, pv.pods];
     super::run_loop(
@@ -410,6 +610,7 @@ pub async fn run(api: Arc<Api>) {
                 for c in &claims {
                     pv.sync_claim(api, c);
                 }
+                pv.forget_except(&claims.iter().map(uid_of).collect());
                 return;
             }
             // A batch touches few objects: sync those, and what they name, rather than
