@@ -96,6 +96,20 @@ async fn two_hundred_claims_at_once_bind_with_one_job_and_pv_each() {
     claim_uids.dedup();
     assert_eq!(claim_uids.len(), 200);
     assert_eq!(volumes(&sb).await.len(), 200, "exactly one PV per claim");
+    // Every claim bound after one attempt, so none may have been told its Job made no PV
+    // (a judgement from a PV cache that had not caught up).
+    let events: kube::Api<k8s_openapi::api::core::v1::Event> =
+        kube::Api::namespaced(sb.client().unwrap(), "default");
+    let wrong: Vec<String> = events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|e| e.message)
+        .filter(|m| m.contains("created no PersistentVolume"))
+        .collect();
+    assert!(wrong.is_empty(), "{wrong:?}");
 }
 
 #[tokio::test]

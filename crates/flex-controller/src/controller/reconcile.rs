@@ -104,19 +104,31 @@ pub async fn reconcile(
         },
         Resolved::Unusable(p) => ConfigState::Unusable(p),
     };
-    let plan = plan_claim(&ClaimInputs {
-        claim: &claim,
-        provisioner_name: &opts.provisioner_name,
-        config,
-        jobs: jobs.iter().map(AsRef::as_ref).collect(),
-        pods: pods.iter().map(AsRef::as_ref).collect(),
-        pv: pv.as_deref(),
-        node: node.as_ref(),
-        active_jobs_of_class,
-        inputs_hash: &hash,
-        retry_base: opts.retry_base,
-        now: jiff::Timestamp::now(),
-    });
+    let plan_with = |pv: Option<&PersistentVolume>, pv_absence_confirmed: bool| {
+        plan_claim(&ClaimInputs {
+            claim: &claim,
+            provisioner_name: &opts.provisioner_name,
+            config,
+            jobs: jobs.iter().map(AsRef::as_ref).collect(),
+            pods: pods.iter().map(AsRef::as_ref).collect(),
+            pv,
+            pv_absence_confirmed,
+            node: node.as_ref(),
+            active_jobs_of_class,
+            inputs_hash: &hash,
+            retry_base: opts.retry_base,
+            now: jiff::Timestamp::now(),
+        })
+    };
+    let mut plan = plan_with(pv.as_deref(), false);
+    // Read only at the moment of the decision: the Job succeeded and the cache has no PV.
+    let fetched;
+    if plan.step == Step::ConfirmPv {
+        fetched = Api::<PersistentVolume>::all(ctx.client.clone())
+            .get_opt(&pv_name(&uid))
+            .await?;
+        plan = plan_with(fetched.as_ref(), fetched.is_none());
+    }
     let on = claim.object_ref(&());
     let fresh = ctx.tell(&on, &class, &plan.notices).await;
     if fresh.iter().any(|k| k.starts_with("succeeded/"))
@@ -136,6 +148,8 @@ pub async fn reconcile(
     let claim_name = claim.name_any();
     Ok(match plan.step {
         Step::Ignore | Step::WaitForNode => Action::await_change(),
+        // Only returned before the API server was asked, and it was asked above.
+        Step::ConfirmPv => Action::requeue(Duration::from_secs(1)),
         // Triggers cover changes to the claim, class and ConfigMap; this is the safety net.
         Step::Blocked => Action::requeue(RECHECK_BLOCKED),
         Step::Throttled => Action::requeue(Duration::from_secs(5)),

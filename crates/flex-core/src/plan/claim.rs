@@ -47,6 +47,9 @@ pub struct ClaimInputs<'a> {
     pub pods: Vec<&'a Pod>,
     /// The PV named `pvc-<claim uid>`, if it exists.
     pub pv: Option<&'a PersistentVolume>,
+    /// The API server itself (not a cache that may lag behind the Job's completion) said
+    /// that PV does not exist.
+    pub pv_absence_confirmed: bool,
     pub node: Option<&'a NodeInfo>,
     /// Provisioning Jobs of this class that are still running (for `max-concurrent`).
     pub active_jobs_of_class: usize,
@@ -82,6 +85,9 @@ pub enum Step {
     RemoveWrongPv,
     /// Wait before attempt `next_attempt`.
     Backoff { next_attempt: u32, wait: Duration },
+    /// The Job succeeded but the cache shows no PV: ask the API server before judging the
+    /// attempt, then plan again with its answer.
+    ConfirmPv,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -408,6 +414,11 @@ pub fn plan_claim(i: &ClaimInputs<'_>) -> Plan {
     let job_name = job.metadata.name.clone().unwrap_or_default();
     let (permanent, message, at) = match latest_outcome.expect("computed for the latest job") {
         JobOutcome::Running => return plan(Step::Running { attempt }, notices),
+        // The PV watch may not have delivered the PV yet: never fail an attempt (and start
+        // another Job) on a cache's word alone.
+        JobOutcome::Succeeded if !i.pv_absence_confirmed => {
+            return plan(Step::ConfirmPv, notices);
+        }
         JobOutcome::Succeeded => {
             let at = job
                 .status

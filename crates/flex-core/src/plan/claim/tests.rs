@@ -96,6 +96,7 @@ struct Case<'a> {
     jobs: Vec<Job>,
     pods: Vec<Pod>,
     pv: Option<PersistentVolume>,
+    pv_absence_confirmed: bool,
     active: usize,
     hash: &'a str,
     now: &'a str,
@@ -108,6 +109,7 @@ fn case(config: &ClassConfig) -> Case<'_> {
         jobs: vec![],
         pods: vec![],
         pv: None,
+        pv_absence_confirmed: true,
         active: 0,
         hash: "h1",
         now: "2026-01-01T00:00:05Z",
@@ -122,6 +124,7 @@ fn run(c: &Case<'_>) -> Plan {
         jobs: c.jobs.iter().collect(),
         pods: c.pods.iter().collect(),
         pv: c.pv.as_ref(),
+        pv_absence_confirmed: c.pv_absence_confirmed,
         node: None,
         active_jobs_of_class: c.active,
         inputs_hash: c.hash,
@@ -356,11 +359,21 @@ fn transient_failures_back_off_then_retry() {
         ..case(&cfg)
     };
     assert_eq!(starts(&run(&c)), Some(2));
-    // A Job that succeeded without a PV is a failed attempt too.
+    // A Job that succeeded without a PV: first the API server is asked (the cache may not
+    // have seen the PV yet), and nothing is judged or started meanwhile.
     let c = Case {
         jobs: vec![job(1, complete("2026-01-01T00:00:00Z"), "h1")],
         now: "2026-01-01T00:01:00Z",
+        pv_absence_confirmed: false,
         ..case(&cfg)
+    };
+    let p = run(&c);
+    assert_eq!(p.step, Step::ConfirmPv);
+    assert!(p.notices.iter().all(|n| !n.warning), "{:?}", p.notices);
+    // Confirmed absent: a failed attempt too.
+    let c = Case {
+        pv_absence_confirmed: true,
+        ..c
     };
     let p = run(&c);
     assert_eq!(starts(&p), Some(2));
