@@ -152,6 +152,51 @@ fn every_reserved_key_with_an_invalid_value() {
     }
 }
 
+/// Parameters become env vars; none may become one that changes how the container's
+/// process runs (a claim's text could otherwise reach PATH or LD_PRELOAD).
+#[test]
+fn parameters_that_would_change_how_the_process_runs_are_refused() {
+    common::at_root();
+    for (key, env, why) in [
+        ("path", "PATH", "shell"),
+        ("ld-preload", "LD_PRELOAD", "dynamic loader"),
+        ("LD_LIBRARY_PATH", "LD_LIBRARY_PATH", "dynamic loader"),
+        ("home", "HOME", "shell"),
+        ("shell", "SHELL", "shell"),
+        ("env", "ENV", "shell"),
+        ("bash-env", "BASH_ENV", "shell"),
+        ("ifs", "IFS", "shell"),
+        ("pythonpath", "PYTHONPATH", "runtime"),
+        ("node-options", "NODE_OPTIONS", "runtime"),
+        (
+            "kubernetes-service-host",
+            "KUBERNETES_SERVICE_HOST",
+            "Kubernetes sets it",
+        ),
+    ] {
+        let e = error(
+            config("silver").set(key, "/tmp/{{claim.name}}"),
+            Some(key),
+            &format!("gives env var `{env}`, which the container must not receive"),
+        );
+        assert_eq!(e.severity, Severity::Error, "{key}");
+        assert!(e.to_string().contains(why), "{key}: {e}");
+        assert!(e.to_string().contains("rename the parameter"), "{key}: {e}");
+    }
+    // Names that merely contain such a word are fine.
+    let cm = config("silver")
+        .set("volume-path", "/exports/{{claim.name}}")
+        .set("home-dir", "x")
+        .build();
+    assert!(matches!(
+        parse_config_map(&cm, P),
+        Verdict::Checked {
+            config: Some(_),
+            ..
+        }
+    ));
+}
+
 #[test]
 fn invalid_configurations_each_have_their_own_clear_error() {
     common::at_root();

@@ -12,7 +12,7 @@ use super::{
 };
 use crate::names::{
     BUILTIN_ENV, CONFIG_TYPE_VALUE, LABEL_CONFIG_CLASS, LABEL_CONFIG_TYPE, is_dns_subdomain,
-    is_env_name, parameter_env_name,
+    is_env_name, parameter_env_name, process_env_reason,
 };
 use crate::template::{self, Finding};
 
@@ -370,6 +370,14 @@ impl Parser {
                 key,
                 format!("gives env var `{env}`, which is a built-in variable of the Job"),
                 "rename the parameter; the built-in value is always set by the provisioner",
+            );
+            return None;
+        }
+        if let Some(why) = process_env_reason(&env) {
+            self.err(
+                key,
+                format!("gives env var `{env}`, which the container must not receive from a parameter: {why}"),
+                "rename the parameter (e.g. prefix it: `volume-path` gives VOLUME_PATH); set process variables in `pod-template` if the image truly needs them",
             );
             return None;
         }
