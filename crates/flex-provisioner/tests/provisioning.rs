@@ -651,13 +651,23 @@ async fn leader_election_lets_one_controller_act_and_fails_over() {
         (holder(&sb).await.as_deref() == Some("first")).then_some(())
     })
     .await;
+    let standby_addr = free_addr();
     let _second = controller_with(
         &sb,
         Options {
             leader: Some(leader("second")),
+            metrics_addr: Some(standby_addr),
             ..options()
         },
     );
+    // A standby is alive (a liveness probe must not restart it) but not ready.
+    let health = eventually(10, "the standby's /healthz", || async {
+        http_get(standby_addr, "/healthz").await
+    })
+    .await;
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    let readiness = http_get(standby_addr, "/readyz").await.unwrap();
+    assert!(readiness.starts_with("HTTP/1.1 503"), "{readiness}");
     class(&sb, "fast", "Immediate", "make-pv", serde_json::json!({})).await;
     claim(&sb, "one", "fast").await;
     bound(&sb, "one", 30).await;

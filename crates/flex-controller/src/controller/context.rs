@@ -46,7 +46,12 @@ pub struct Context {
 }
 
 impl Context {
-    pub fn new(client: Client, opts: Options, caches: Caches) -> Self {
+    pub fn new(
+        client: Client,
+        opts: Options,
+        metrics: std::sync::Arc<crate::metrics::Metrics>,
+        caches: Caches,
+    ) -> Self {
         let Caches {
             claims,
             classes,
@@ -71,7 +76,7 @@ impl Context {
             pods,
             configs: Configs::default(),
             readiness: Readiness::default(),
-            metrics: std::sync::Arc::new(crate::metrics::Metrics::default()),
+            metrics,
             said: Mutex::new(HashSet::new()),
         }
     }

@@ -158,8 +158,37 @@ async fn count_active_jobs(ctx: Arc<Context>) {
     }
 }
 
-/// Runs until the process is stopped.
+/// Runs until the process is stopped. `/healthz` and `/metrics` are served from the start,
+/// also while a standby waits for the Lease (a liveness probe must not restart it);
+/// `/readyz` answers 200 once this instance leads and its caches have synced.
 pub async fn run(client: Client, opts: Options) -> crate::Result<()> {
+    let opts_addr = opts.metrics_addr;
+    let metrics = Arc::new(crate::metrics::Metrics::default());
+    let health = Arc::new(crate::http::Health::default());
+    let serving = {
+        let (health, metrics) = (health.clone(), metrics.clone());
+        async move {
+            if let Some(addr) = opts_addr {
+                if let Err(e) = crate::http::serve(addr, health, metrics).await {
+                    tracing::error!(error = %e, %addr, "cannot serve /healthz, /readyz and /metrics");
+                }
+            }
+            std::future::pending::<()>().await
+        }
+    };
+    tokio::select! {
+        _ = serving => Ok(()),
+        result = act(client, opts, metrics, health) => result,
+    }
+}
+
+/// Waits for the Lease (if any), then runs both controllers until leadership is lost.
+async fn act(
+    client: Client,
+    opts: Options,
+    metrics: Arc<crate::metrics::Metrics>,
+    health: Arc<crate::http::Health>,
+) -> crate::Result<()> {
     preflight(&client, &opts).await?;
     if let Some(l) = &opts.leader {
         crate::leader::acquire(&client, l).await;
@@ -212,6 +241,7 @@ pub async fn run(client: Client, opts: Options) -> crate::Result<()> {
     let ctx = Arc::new(Context::new(
         client,
         opts,
+        metrics,
         Caches {
             claims: claims.clone(),
             classes: classes.clone(),
@@ -222,21 +252,13 @@ pub async fn run(client: Client, opts: Options) -> crate::Result<()> {
         },
     ));
 
-    if let Some(addr) = ctx.opts.metrics_addr {
-        let health = Arc::new(crate::http::Health::default());
-        tokio::spawn(crate::http::serve(
-            addr,
-            health.clone(),
-            ctx.metrics.clone(),
-        ));
-        let ready_ctx = ctx.clone();
-        tokio::spawn(async move {
-            ready_ctx.ready().await;
-            health
-                .ready
-                .store(true, std::sync::atomic::Ordering::Relaxed);
-        });
-    }
+    let ready_ctx = ctx.clone();
+    let mark_ready = async move {
+        ready_ctx.ready().await;
+        health
+            .ready
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    };
     let synced_ctx = ctx.clone();
     let synced = async move { synced_ctx.open_when_synced().await };
     // Part of the controllers' future, so it stops with them rather than outliving `run`.
@@ -311,7 +333,8 @@ pub async fn run(client: Client, opts: Options) -> crate::Result<()> {
             share_volumes,
             share_jobs,
             gauge,
-            synced
+            synced,
+            mark_ready
         );
     };
     match leader {
