@@ -195,6 +195,56 @@ pub fn parameter_env_name(key: &str) -> String {
         .collect()
 }
 
+/// Environment variables that change how the container's process runs rather than what it
+/// is told: the shell's and the dynamic loader's controls, language runtimes' code paths,
+/// and what Kubernetes itself sets. A parameter (whose value may come from a claim) must
+/// never become one of them; returns why, for the error.
+pub fn process_env_reason(env: &str) -> Option<&'static str> {
+    const SHELL: &[&str] = &[
+        "PATH",
+        "HOME",
+        "SHELL",
+        "ENV",
+        "BASH_ENV",
+        "IFS",
+        "CDPATH",
+        "PS4",
+        "PROMPT_COMMAND",
+        "GLOBIGNORE",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "TMPDIR",
+        "HOSTNAME",
+        "USER",
+        "LOGNAME",
+    ];
+    const RUNTIMES: &[&str] = &[
+        "PYTHONPATH",
+        "PYTHONSTARTUP",
+        "PYTHONHOME",
+        "PERL5LIB",
+        "PERL5OPT",
+        "RUBYOPT",
+        "RUBYLIB",
+        "NODE_OPTIONS",
+        "NODE_PATH",
+        "JAVA_TOOL_OPTIONS",
+        "GCONV_PATH",
+        "LOCPATH",
+    ];
+    if SHELL.contains(&env) {
+        Some("it controls how the shell finds and runs programs")
+    } else if env.starts_with("LD_") || env.starts_with("DYLD_") {
+        Some("it controls the dynamic loader (which libraries every program loads)")
+    } else if RUNTIMES.contains(&env) {
+        Some("it makes a language runtime load or run other code")
+    } else if env.starts_with("KUBERNETES_") {
+        Some("Kubernetes sets it for every container (how a pod finds the API server)")
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,55 +324,5 @@ mod tests {
         assert_eq!(parameter_env_name("zone"), "ZONE");
         assert_eq!(parameter_env_name("a.b/c"), "A_B_C");
         assert_eq!(parameter_env_name("päth"), "P_TH");
-    }
-}
-
-/// Environment variables that change how the container's process runs rather than what it
-/// is told: the shell's and the dynamic loader's controls, language runtimes' code paths,
-/// and what Kubernetes itself sets. A parameter (whose value may come from a claim) must
-/// never become one of them; returns why, for the error.
-pub fn process_env_reason(env: &str) -> Option<&'static str> {
-    const SHELL: &[&str] = &[
-        "PATH",
-        "HOME",
-        "SHELL",
-        "ENV",
-        "BASH_ENV",
-        "IFS",
-        "CDPATH",
-        "PS4",
-        "PROMPT_COMMAND",
-        "GLOBIGNORE",
-        "SHELLOPTS",
-        "BASHOPTS",
-        "TMPDIR",
-        "HOSTNAME",
-        "USER",
-        "LOGNAME",
-    ];
-    const RUNTIMES: &[&str] = &[
-        "PYTHONPATH",
-        "PYTHONSTARTUP",
-        "PYTHONHOME",
-        "PERL5LIB",
-        "PERL5OPT",
-        "RUBYOPT",
-        "RUBYLIB",
-        "NODE_OPTIONS",
-        "NODE_PATH",
-        "JAVA_TOOL_OPTIONS",
-        "GCONV_PATH",
-        "LOCPATH",
-    ];
-    if SHELL.contains(&env) {
-        Some("it controls how the shell finds and runs programs")
-    } else if env.starts_with("LD_") || env.starts_with("DYLD_") {
-        Some("it controls the dynamic loader (which libraries every program loads)")
-    } else if RUNTIMES.contains(&env) {
-        Some("it makes a language runtime load or run other code")
-    } else if env.starts_with("KUBERNETES_") {
-        Some("Kubernetes sets it for every container (how a pod finds the API server)")
-    } else {
-        None
     }
 }

@@ -503,3 +503,39 @@ fn the_inputs_hash_ignores_bookkeeping_annotations() {
     .unwrap();
     assert_ne!(inputs_hash(&cfg, &plain), inputs_hash(&cfg, &changed));
 }
+
+/// The digest is of a canonical, versioned form: a fixed value for fixed inputs (a change
+/// here means every claim that gave up would be re-opened: bump the form instead), and it
+/// moves with each input that shapes an attempt.
+#[test]
+fn the_inputs_hash_is_a_versioned_sha256_of_a_canonical_form() {
+    let cfg = config(json!({"export": "/x/{{claim.name}}"}), "Immediate");
+    let req = crate::claim::ClaimRequest::from_claim(&claim(json!({}))).unwrap();
+    let h = inputs_hash(&cfg, &req);
+    assert!(h.starts_with("v1-"), "{h}");
+    assert_eq!(h.len(), 3 + 64, "{h}");
+    assert!(h[3..].bytes().all(|b| b.is_ascii_hexdigit()), "{h}");
+    assert_eq!(h, inputs_hash(&cfg.clone(), &req.clone()));
+    for other in [
+        config(json!({"export": "/y/{{claim.name}}"}), "Immediate"),
+        config(
+            json!({"export": "/x/{{claim.name}}", "retries": "5"}),
+            "Immediate",
+        ),
+        config(
+            json!({"export": "/x/{{claim.name}}", "image": "other:2"}),
+            "Immediate",
+        ),
+    ] {
+        assert_ne!(h, inputs_hash(&other, &req));
+    }
+    let bigger = crate::claim::ClaimRequest::from_claim(&claim(
+        json!({"spec": {"resources": {"requests": {"storage": "2Gi"}}}}),
+    ))
+    .unwrap();
+    assert_ne!(h, inputs_hash(&cfg, &bigger));
+    assert_eq!(
+        h,
+        "v1-f1b4cebc315afa29b68a022fc3e4930e06a1904c9a9edd6b0de8ba6eb729fc2a"
+    );
+}
