@@ -125,6 +125,32 @@ pub async fn hold(client: &Client, o: &LeaderOptions) {
     }
 }
 
+/// Gives the lease up at once (on shutdown), so a standby need not wait out the lease
+/// duration: the holder is cleared, under the lease's resourceVersion so that a lease
+/// another instance already took is left alone.
+pub async fn release(client: &Client, o: &LeaderOptions) {
+    let api: Api<Lease> = Api::namespaced(client.clone(), &o.namespace);
+    let Ok(Some(mut lease)) = api.get_opt(&o.lease_name).await else {
+        return;
+    };
+    let spec = lease.spec.get_or_insert_with(Default::default);
+    if spec.holder_identity.as_deref() != Some(o.identity.as_str()) {
+        return;
+    }
+    spec.holder_identity = None;
+    spec.lease_duration_seconds = Some(1);
+    spec.renew_time = Some(now());
+    match api
+        .replace(&o.lease_name, &PostParams::default(), &lease)
+        .await
+    {
+        Ok(_) => tracing::info!(identity = %o.identity, "released leadership"),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot release the leader lease; it expires on its own")
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,6 +25,26 @@ fn main() -> ExitCode {
     }
 }
 
+/// SIGTERM (what the kubelet sends at a rollout or drain) or Ctrl-C.
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch for SIGTERM");
+                std::future::pending::<()>().await
+            }
+        }
+    };
+    tokio::select! {
+        _ = term => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::info!("shutting down: the controller stops acting and releases its lease");
+}
+
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run(args) => {
@@ -50,7 +70,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     metrics_addr: Some(args.metrics_addr),
                     leader,
                 };
-                flex_provisioner::controller::run(client, opts)
+                flex_provisioner::controller::run_until(client, opts, shutdown_signal())
                     .await
                     .context("the controller stopped")
             })?;

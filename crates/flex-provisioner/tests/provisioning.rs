@@ -691,3 +691,76 @@ async fn leader_election_lets_one_controller_act_and_fails_over() {
         "one Job per claim, whoever led"
     );
 }
+
+/// SIGTERM to the leading process (what a rollout or drain sends): it stops acting,
+/// releases the Lease and exits, and the standby leads well within the lease duration.
+#[tokio::test]
+async fn sigterm_hands_the_lease_to_the_standby_at_once() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let sb = sandbox().await;
+    let leases: kube::Api<Lease> = kube::Api::namespaced(sb.client().unwrap(), NS);
+    let holder = || async {
+        leases
+            .get_opt("flex-provisioner")
+            .await
+            .ok()??
+            .spec?
+            .holder_identity
+    };
+    let mut first = std::process::Command::new(env!("CARGO_BIN_EXE_flex-provisioner"))
+        .args([
+            "run",
+            &format!("--config-namespace={NS}"),
+            &format!("--metrics-addr={}", free_addr()),
+            "--lease-seconds=15",
+            "--instance=first",
+        ])
+        .env("KUBECONFIG", &sb.kubeconfig)
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .unwrap();
+    eventually(20, "the first process to lead", || async {
+        (holder().await.as_deref() == Some("first")).then_some(())
+    })
+    .await;
+    let _second = controller_with(
+        &sb,
+        Options {
+            leader: Some(flex_provisioner::leader::LeaderOptions {
+                namespace: NS.into(),
+                lease_name: "flex-provisioner".into(),
+                identity: "second".into(),
+                lease_duration: std::time::Duration::from_secs(15),
+            }),
+            ..options()
+        },
+    );
+    // The standby has tried and found the lease taken: it now waits for it.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert_eq!(holder().await.as_deref(), Some("first"));
+    let signalled = std::time::Instant::now();
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &first.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let first = std::sync::Mutex::new(first);
+    let status = eventually(10, "the first process to exit", || {
+        let exited = first.lock().unwrap().try_wait().unwrap();
+        async move { exited }
+    })
+    .await;
+    assert!(status.success(), "a clean exit on SIGTERM: {status}");
+    eventually(10, "the standby to lead", || async {
+        (holder().await.as_deref() == Some("second")).then_some(())
+    })
+    .await;
+    assert!(
+        signalled.elapsed() < std::time::Duration::from_secs(15),
+        "handed over in {:?}, before the 15 s lease could have expired",
+        signalled.elapsed()
+    );
+    class(&sb, "fast", "Immediate", "make-pv", serde_json::json!({})).await;
+    claim(&sb, "after", "fast").await;
+    bound(&sb, "after", 30).await;
+}

@@ -158,6 +158,27 @@ async fn count_active_jobs(ctx: Arc<Context>) {
     }
 }
 
+/// Runs until `shutdown` completes, then stops acting and gives the leader Lease up, so that
+/// a standby takes over at once rather than after the lease duration.
+pub async fn run_until(
+    client: Client,
+    opts: Options,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> crate::Result<()> {
+    let leader = opts.leader.clone();
+    let lease_client = client.clone();
+    tokio::select! {
+        result = run(client, opts) => result,
+        _ = shutdown => {
+            // `run` and every reconcile in it were dropped above: nothing acts any more.
+            if let Some(l) = &leader {
+                crate::leader::release(&lease_client, l).await;
+            }
+            Ok(())
+        }
+    }
+}
+
 /// Runs until the process is stopped. `/healthz` and `/metrics` are served from the start,
 /// also while a standby waits for the Lease (a liveness probe must not restart it);
 /// `/readyz` answers 200 once this instance leads and its caches have synced.
