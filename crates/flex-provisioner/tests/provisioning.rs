@@ -707,7 +707,7 @@ async fn sigterm_hands_the_lease_to_the_standby_at_once() {
             .spec?
             .holder_identity
     };
-    let mut first = std::process::Command::new(env!("CARGO_BIN_EXE_flex-provisioner"))
+    let first = std::process::Command::new(env!("CARGO_BIN_EXE_flex-provisioner"))
         .args([
             "run",
             &format!("--config-namespace={NS}"),

@@ -189,10 +189,10 @@ pub async fn run(client: Client, opts: Options) -> crate::Result<()> {
     let serving = {
         let (health, metrics) = (health.clone(), metrics.clone());
         async move {
-            if let Some(addr) = opts_addr {
-                if let Err(e) = crate::http::serve(addr, health, metrics).await {
-                    tracing::error!(error = %e, %addr, "cannot serve /healthz, /readyz and /metrics");
-                }
+            if let Some(addr) = opts_addr
+                && let Err(e) = crate::http::serve(addr, health, metrics).await
+            {
+                tracing::error!(error = %e, %addr, "cannot serve /healthz, /readyz and /metrics");
             }
             std::future::pending::<()>().await
         }
