@@ -764,3 +764,60 @@ async fn sigterm_hands_the_lease_to_the_standby_at_once() {
     claim(&sb, "after", "fast").await;
     bound(&sb, "after", 30).await;
 }
+
+/// `max-concurrent: "2"` with 20 claims at once: a watch on Jobs for the whole run never
+/// sees more than 2 of the class's Jobs active, and every claim binds.
+#[tokio::test]
+async fn max_concurrent_is_strict_even_before_the_cache_sees_new_jobs() {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    class(
+        &sb,
+        "few",
+        "Immediate",
+        "slow",
+        serde_json::json!({"max-concurrent": "2"}),
+    )
+    .await;
+    let jobs_api: kube::Api<k8s_openapi::api::batch::v1::Job> =
+        kube::Api::namespaced(sb.client().unwrap(), NS);
+    let peak = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let watching = {
+        let peak = peak.clone();
+        tokio::spawn(async move {
+            let mut active = std::collections::BTreeMap::new();
+            let mut events = std::pin::pin!(watcher(jobs_api, Default::default()).applied_objects());
+            while let Some(Ok(job)) = events.next().await {
+                let done = job.status.as_ref().is_some_and(|s| {
+                    s.conditions.iter().flatten().any(|c| {
+                        (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True"
+                    })
+                });
+                active.insert(job.metadata.name.clone().unwrap(), !done);
+                let now = active.values().filter(|a| **a).count();
+                peak.fetch_max(now, std::sync::atomic::Ordering::SeqCst);
+            }
+        })
+    };
+    let claims: kube::Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        kube::Api::namespaced(sb.client().unwrap(), "default");
+    futures::future::join_all((0..20).map(|i| {
+        let claims = claims.clone();
+        async move {
+            claims
+                .create(&Default::default(), &claim_object(&format!("m{i:02}"), "few"))
+                .await
+                .unwrap()
+        }
+    }))
+    .await;
+    for i in 0..20 {
+        bound(&sb, &format!("m{i:02}"), 120).await;
+    }
+    watching.abort();
+    let peak = peak.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(peak <= 2, "{peak} Jobs of the class were active at once");
+    assert_eq!(jobs_of(&sb, "provision").await.len(), 20);
+}

@@ -14,6 +14,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::Store;
 
 use super::Options;
+use super::concurrency::Starts;
 use super::configs::Configs;
 use super::readiness::{Readiness, synced};
 use crate::plan::Notice;
@@ -41,6 +42,8 @@ pub struct Context {
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
     /// Open once every store has had its first full list.
     pub readiness: Readiness,
+    /// Jobs created but maybe not cached yet, and one turn per class (`max-concurrent`).
+    pub starts: Starts,
     recorder: Recorder,
     said: Mutex<HashSet<String>>,
 }
@@ -76,6 +79,7 @@ impl Context {
             pods,
             configs: Configs::default(),
             readiness: Readiness::default(),
+            starts: Starts::default(),
             metrics,
             said: Mutex::new(HashSet::new()),
         }

@@ -3,6 +3,7 @@
 //! by changes to any of them and a volume controller triggered by PVs and Jobs, both fed
 //! from the same watches. Decisions are made in `plan`; this module fetches and applies.
 
+mod concurrency;
 mod configs;
 mod context;
 mod fan_out;

@@ -85,13 +85,29 @@ pub async fn reconcile(
             .map(|n| NodeInfo::from_node(&n)),
         None => None,
     };
-    let active_jobs_of_class = ctx
+    // With `max-concurrent`, counting the class's active Jobs and creating the next one is
+    // one step: concurrent reconciles of the class take turns.
+    let limited = matches!(&resolved, Resolved::Ready(c) | Resolved::Stale(c, _)
+        if c.provisioner.max_concurrent.is_some());
+    let _turn = match limited {
+        true => Some(ctx.starts.turn(&class).await),
+        false => None,
+    };
+    let class_jobs: Vec<Arc<Job>> = ctx
         .jobs
         .iter()
         .flat_map(|s| s.state())
         .filter(|j| is_provision(j) && j.annotations().get(ANN_STORAGE_CLASS) == Some(&class))
+        .collect();
+    let cached: std::collections::HashSet<&str> = class_jobs
+        .iter()
+        .filter_map(|j| j.metadata.name.as_deref())
+        .collect();
+    let active_jobs_of_class = class_jobs
+        .iter()
         .filter(|j| outcome(j, &[]) == JobOutcome::Running)
-        .count();
+        .count()
+        + ctx.starts.unseen(&class, &cached);
     let hash = match (&resolved, ClaimRequest::from_claim(&claim)) {
         (Resolved::Ready(c) | Resolved::Stale(c, _), Ok(req)) => inputs_hash(c, &req),
         _ => String::new(),
@@ -226,6 +242,7 @@ pub async fn reconcile(
                 Err(kube::Error::Api(s)) if s.code == 409 => {}
                 Err(e) => return Err(e.into()),
             }
+            ctx.starts.record(&class, &job_name);
             let patch = json!({"metadata": {"annotations": {ANN_ATTEMPT: attempt.to_string()}}});
             gone_is_done(
                 claims

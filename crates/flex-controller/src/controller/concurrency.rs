@@ -1,0 +1,97 @@
+//! `max-concurrent` made strict: the Job cache does not yet hold the Jobs just created, so
+//! counting only what it shows lets a burst start far more. Jobs this controller created are
+//! remembered until the cache shows them, and counting and creating are one step per class.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a created Job is counted without the cache showing it; a watch that lags longer
+/// than this has failed and restarts with a fresh list anyway.
+const UNSEEN_FOR_AT_MOST: Duration = Duration::from_secs(120);
+
+#[derive(Default)]
+pub struct Starts {
+    /// Per class: Jobs created here that the cache may not show yet, with when.
+    created: Mutex<HashMap<String, Vec<(String, Instant)>>>,
+    /// Per class: held from counting the class's active Jobs to creating the next one.
+    turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Starts {
+    /// Waits for this class's turn to count and create; the turn ends when the guard drops.
+    pub async fn turn(&self, class: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let gate = self
+            .turns
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(class.to_owned())
+            .or_default()
+            .clone();
+        gate.lock_owned().await
+    }
+
+    /// Remembers a Job just created (or adopted) for the class.
+    pub fn record(&self, class: &str, job: &str) {
+        self.created
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(class.to_owned())
+            .or_default()
+            .push((job.to_owned(), Instant::now()));
+    }
+
+    /// How many of the class's created Jobs the cache does not show yet (`cached`: the names
+    /// of the class's Jobs in the cache); forgets the ones it shows and the stale ones.
+    pub fn unseen(&self, class: &str, cached: &HashSet<&str>) -> usize {
+        let mut created = self.created.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(list) = created.get_mut(class) else {
+            return 0;
+        };
+        list.retain(|(name, at)| {
+            !cached.contains(name.as_str()) && at.elapsed() < UNSEEN_FOR_AT_MOST
+        });
+        let n = list.len();
+        if n == 0 {
+            created.remove(class);
+        }
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn created_jobs_count_until_the_cache_shows_them() {
+        let s = Starts::default();
+        s.record("gold", "provision-a");
+        s.record("gold", "provision-b");
+        s.record("silver", "provision-c");
+        assert_eq!(s.unseen("gold", &HashSet::new()), 2);
+        assert_eq!(s.unseen("gold", &HashSet::from(["provision-a"])), 1);
+        assert_eq!(s.unseen("gold", &HashSet::from(["provision-b"])), 0);
+        assert_eq!(s.unseen("silver", &HashSet::new()), 1);
+        assert_eq!(s.unseen("bronze", &HashSet::new()), 0);
+    }
+
+    #[tokio::test]
+    async fn one_turn_per_class_at_a_time() {
+        let s = Arc::new(Starts::default());
+        let gold = s.turn("gold").await;
+        // Another class is not held up.
+        let _silver = s.turn("silver").await;
+        let waiting = {
+            let s = s.clone();
+            tokio::spawn(async move { drop(s.turn("gold").await) })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "a second turn waits for the first");
+        drop(gold);
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("the turn passes on")
+            .unwrap();
+    }
+}
