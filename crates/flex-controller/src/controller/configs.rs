@@ -2,7 +2,7 @@
 //! for the class, validated; invalid ones reported on the ConfigMap; the last valid
 //! configuration kept while a newer one is invalid.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -27,10 +27,19 @@ pub struct ConfigReport {
     pub problems: Vec<Problem>,
 }
 
+/// What one version of a class's ConfigMap and StorageClass parse to.
+type Parsed = (Option<ClassConfig>, Vec<Problem>);
+
 #[derive(Default)]
 pub struct Configs {
     last_valid: Mutex<HashMap<String, ClassConfig>>,
-    reported: Mutex<HashSet<String>>,
+    /// Per class: the versions last parsed and what they gave. Parsing (templates included)
+    /// happens once per version, not once per claim reconcile.
+    parsed: Mutex<HashMap<String, (String, Parsed)>>,
+    /// How many times a ConfigMap was parsed (for tests and debugging).
+    parses: std::sync::atomic::AtomicUsize,
+    /// Per ConfigMap uid: the last version whose problems were reported.
+    reported: Mutex<HashMap<String, String>>,
 }
 
 impl Configs {
@@ -91,24 +100,54 @@ impl Configs {
             cm.metadata.namespace.as_deref().unwrap_or_default(),
             cm.metadata.name.as_deref().unwrap_or_default()
         );
-        let (config, mut problems) = match parse_config_map(&cm, provisioner_name) {
-            Verdict::Ignored { reason } => {
-                return (
-                    degrade(format!("ConfigMap {source} is not used: {reason}")),
-                    None,
-                );
+        let version = format!(
+            "{}/{}/{}/{}",
+            cm.metadata.uid.as_deref().unwrap_or_default(),
+            cm.metadata.resource_version.as_deref().unwrap_or_default(),
+            sc.metadata.uid.as_deref().unwrap_or_default(),
+            sc.metadata.resource_version.as_deref().unwrap_or_default()
+        );
+        let cached = self
+            .parsed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(class_name)
+            .filter(|(v, _)| *v == version)
+            .map(|(_, parsed)| parsed.clone());
+        let (joined, problems) = match cached {
+            Some(parsed) => parsed,
+            None => {
+                self.parses
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let (config, mut problems) = match parse_config_map(&cm, provisioner_name) {
+                    Verdict::Ignored { reason } => {
+                        return (
+                            degrade(format!("ConfigMap {source} is not used: {reason}")),
+                            None,
+                        );
+                    }
+                    Verdict::Checked { config, problems } => (config, problems),
+                };
+                let joined = config.and_then(|c| {
+                    match ClassConfig::new(*c, StorageClassInfo::from_class(&sc), provisioner_name)
+                    {
+                        Ok(j) => Some(j),
+                        Err(more) => {
+                            problems.extend(more);
+                            None
+                        }
+                    }
+                });
+                self.parsed
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(
+                        class_name.to_owned(),
+                        (version, (joined.clone(), problems.clone())),
+                    );
+                (joined, problems)
             }
-            Verdict::Checked { config, problems } => (config, problems),
         };
-        let joined = config.and_then(|c| {
-            match ClassConfig::new(*c, StorageClassInfo::from_class(&sc), provisioner_name) {
-                Ok(j) => Some(j),
-                Err(more) => {
-                    problems.extend(more);
-                    None
-                }
-            }
-        });
         let report = self.report_once(&cm, &problems);
         match joined {
             Some(c) => {
@@ -140,18 +179,85 @@ impl Configs {
         if problems.is_empty() {
             return None;
         }
-        let key = format!(
-            "{}/{}",
-            cm.metadata.uid.as_deref().unwrap_or_default(),
-            cm.metadata.resource_version.as_deref().unwrap_or_default()
-        );
-        self.reported
+        let uid = cm.metadata.uid.clone().unwrap_or_default();
+        let version = cm.metadata.resource_version.clone().unwrap_or_default();
+        let previous = self
+            .reported
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(key)
-            .then(|| ConfigReport {
-                config_map: cm.clone(),
-                problems: problems.to_vec(),
-            })
+            .insert(uid, version.clone());
+        (previous.as_deref() != Some(version.as_str())).then(|| ConfigReport {
+            config_map: cm.clone(),
+            problems: problems.to_vec(),
+        })
+    }
+
+    /// How many times a ConfigMap has been parsed so far.
+    pub fn parses(&self) -> usize {
+        self.parses.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::reflector;
+    use kube::runtime::watcher::Event;
+    use serde_json::json;
+
+    fn objects() -> (StorageClass, ConfigMap) {
+        let sc = serde_json::from_value(json!({
+            "metadata": {"name": "gold", "uid": "sc-1", "resourceVersion": "1"},
+            "provisioner": "example.com/p"
+        }))
+        .unwrap();
+        let cm = serde_json::from_value(json!({
+            "metadata": {"name": "gold-config", "namespace": "cfg", "uid": "cm-1", "resourceVersion": "1",
+                         "labels": {"type": "provisioner-config", "storage-class": "gold"}},
+            "data": {"image": "img:1", "export": "/x/{{claim.name}}"}
+        }))
+        .unwrap();
+        (sc, cm)
+    }
+
+    #[test]
+    fn a_configuration_is_parsed_once_per_version() {
+        let (sc, mut cm) = objects();
+        let (classes, mut class_writer) = reflector::store::<StorageClass>();
+        let (maps, mut map_writer) = reflector::store::<ConfigMap>();
+        class_writer.apply_watcher_event(&Event::Apply(sc));
+        map_writer.apply_watcher_event(&Event::Apply(cm.clone()));
+        let configs = Configs::default();
+        let ns = ["cfg".to_string()];
+        let image = |r: &Resolved| match r {
+            Resolved::Ready(c) => c.provisioner.image.clone(),
+            other => panic!("{other:?}"),
+        };
+        for _ in 0..5 {
+            let (r, _) = configs.resolve(
+                "gold",
+                "example.com/p",
+                &classes,
+                std::slice::from_ref(&maps),
+                &ns,
+            );
+            assert_eq!(image(&r), "img:1");
+        }
+        assert_eq!(configs.parses(), 1);
+        cm.metadata.resource_version = Some("2".into());
+        cm.data
+            .as_mut()
+            .unwrap()
+            .insert("image".into(), "img:2".into());
+        map_writer.apply_watcher_event(&Event::Apply(cm));
+        let (r, _) = configs.resolve(
+            "gold",
+            "example.com/p",
+            &classes,
+            std::slice::from_ref(&maps),
+            &ns,
+        );
+        assert_eq!(image(&r), "img:2", "a new version is parsed again");
+        assert_eq!(configs.parses(), 2);
     }
 }
