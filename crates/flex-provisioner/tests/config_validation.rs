@@ -197,6 +197,25 @@ fn parameters_that_would_change_how_the_process_runs_are_refused() {
     ));
 }
 
+/// A self-recursive inline partial used to pass `check` and then crash the controller.
+#[test]
+fn templates_that_could_recurse_or_explode_are_refused_with_the_key() {
+    common::at_root();
+    let e = error(
+        config("silver").set("export", "{{#*inline \"me\"}}{{> me}}{{/inline}}{{> me}}"),
+        Some("export"),
+        "which parameters may not use",
+    );
+    assert!(e.fix.contains("built-in blocks"), "{e}");
+    let deep = format!("{}x{}", "{{#if true}}".repeat(20), "{{/if}}".repeat(20));
+    let e = error(
+        config("silver").set("export", &deep),
+        Some("export"),
+        "nested more than 8 deep",
+    );
+    assert!(e.fix.contains("simplify"), "{e}");
+}
+
 #[test]
 fn invalid_configurations_each_have_their_own_clear_error() {
     common::at_root();

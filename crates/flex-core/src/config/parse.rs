@@ -141,11 +141,16 @@ impl Parser {
         let compiled = match template::compile(source) {
             Ok(t) => t,
             Err(e) => {
-                self.err(
-                    key,
-                    e.to_string(),
-                    "close every `{{` with `}}` and every `{{#block}}` with `{{/block}}`",
-                );
+                let fix = match &e {
+                    template::TemplateError::Unsupported(_) => {
+                        "use variables, helpers and the built-in blocks (`if`, `each`, `with`...) only; write the value out instead of a partial"
+                    }
+                    template::TemplateError::Limit(_) => {
+                        "simplify the template; a parameter needs a short value built from a few variables"
+                    }
+                    _ => "close every `{{` with `}}` and every `{{#block}}` with `{{/block}}`",
+                };
+                self.err(key, e.to_string(), fix);
                 return false;
             }
         };

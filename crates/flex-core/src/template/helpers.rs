@@ -133,17 +133,40 @@ value_helper!(DnsLabel, |h| {
     };
     string(sanitize_dns_label(&text(h, 0)?, max))
 });
+/// Refuses a helper result over the output budget before it is built.
+fn within_budget(h: &Helper<'_>, bytes: usize) -> Result<(), RenderError> {
+    if bytes > super::MAX_OUTPUT_BYTES {
+        return Err(RenderErrorReason::Other(format!(
+            "helper `{}` would make a value of {bytes} bytes; at most {} are allowed",
+            h.name(),
+            super::MAX_OUTPUT_BYTES
+        ))
+        .into());
+    }
+    Ok(())
+}
+
 value_helper!(Replace, |h| {
-    string(text(h, 0)?.replace(&text(h, 1)?, &text(h, 2)?))
+    let (s, from, to) = (text(h, 0)?, text(h, 1)?, text(h, 2)?);
+    // An empty pattern matches between every two characters.
+    let matches = if from.is_empty() {
+        s.chars().count() + 1
+    } else {
+        s.matches(from.as_str()).count()
+    };
+    within_budget(h, s.len().saturating_add(matches.saturating_mul(to.len())))?;
+    string(s.replace(&from, &to))
 });
 value_helper!(Join, |h| {
     let sep = text(h, 1)?;
     let joined = match required(h, 0)?.value() {
-        Value::Array(items) => items
-            .iter()
-            .map(JsonRender::render)
-            .collect::<Vec<_>>()
-            .join(&sep),
+        Value::Array(items) => {
+            let parts: Vec<String> = items.iter().map(JsonRender::render).collect();
+            let bytes = parts.iter().map(String::len).sum::<usize>()
+                + sep.len().saturating_mul(parts.len().saturating_sub(1));
+            within_budget(h, bytes)?;
+            parts.join(&sep)
+        }
         other => other.render(),
     };
     string(joined)

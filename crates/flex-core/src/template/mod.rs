@@ -4,10 +4,12 @@
 
 mod context;
 mod helpers;
+mod limits;
 mod lint;
 
 pub use context::{Context, build as build_context};
 pub use helpers::{BUILTIN_HELPERS, HELPERS};
+pub use limits::{MAX_NESTING, MAX_OUTPUT_BYTES, MAX_SOURCE_BYTES};
 pub use lint::{Field, Finding, SCHEMA, lint};
 
 use std::sync::OnceLock;
@@ -25,6 +27,12 @@ pub enum TemplateError {
     MissingVariable(String),
     #[error("{0}")]
     Render(String),
+    /// A feature templates may not use here.
+    #[error("the template uses {0}, which parameters may not use")]
+    Unsupported(String),
+    /// A size, nesting or output limit.
+    #[error("{0}")]
+    Limit(String),
 }
 
 fn registry() -> &'static Handlebars<'static> {
@@ -40,19 +48,25 @@ fn registry() -> &'static Handlebars<'static> {
 
 /// Compiles a template, reporting syntax errors with their position.
 pub fn compile(source: &str) -> Result<Template, TemplateError> {
-    Template::compile(source).map_err(|e| {
+    limits::check_source(source)?;
+    let template = Template::compile(source).map_err(|e| {
         let mut msg = e.reason().to_string();
         if let Some((line, col)) = e.pos() {
             msg = format!("{msg} at line {line}, column {col}");
         }
         TemplateError::Syntax(msg)
-    })
+    })?;
+    limits::check_structure(&template)?;
+    Ok(template)
 }
 
-/// Renders a template against a claim's context.
+/// Renders a template against a claim's context, within the output budget. The template
+/// is checked first, so a source that `compile` refuses is never rendered.
 pub fn render(source: &str, context: &Context) -> Result<String, TemplateError> {
+    compile(source)?;
+    let mut out = limits::Budgeted::default();
     registry()
-        .render_template(source, context.as_json())
+        .render_template_to_write(source, context.as_json(), &mut out)
         .map_err(|e| match e.reason() {
             RenderErrorReason::MissingVariable(Some(path)) => {
                 TemplateError::MissingVariable(path.clone())
@@ -61,8 +75,14 @@ pub fn render(source: &str, context: &Context) -> Result<String, TemplateError> 
                 TemplateError::MissingVariable("a variable".into())
             }
             RenderErrorReason::TemplateError(t) => TemplateError::Syntax(t.to_string()),
+            RenderErrorReason::IOError(io) if io.to_string() == limits::OVER_BUDGET => {
+                TemplateError::Limit(format!(
+                    "the rendered value is over {MAX_OUTPUT_BYTES} bytes"
+                ))
+            }
             other => TemplateError::Render(other.to_string()),
-        })
+        })?;
+    String::from_utf8(out.0).map_err(|e| TemplateError::Render(e.to_string()))
 }
 
 #[cfg(test)]

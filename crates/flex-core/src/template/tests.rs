@@ -169,3 +169,86 @@ fn syntax_errors_say_where() {
         TemplateError::Syntax(_)
     ));
 }
+
+/// A context whose claim carries `n` annotations of `size` bytes each (user-controlled).
+fn ctx_with_annotations(n: usize, size: usize) -> Context {
+    let mut c = claim();
+    c.annotations = (0..n)
+        .map(|i| (format!("a{i:05}"), "x".repeat(size)))
+        .collect();
+    build_context(&c, &class(), None, "flex-provisioner.io/job", "pvc-u-1")
+}
+
+#[test]
+fn partials_inline_partials_and_decorators_are_refused() {
+    for src in [
+        "{{#*inline \"me\"}}{{> me}}{{/inline}}{{> me}}",
+        "{{> other}}",
+        "{{#> layout}}x{{/layout}}",
+        "{{*decorator}}",
+    ] {
+        let e = compile(src).unwrap_err();
+        assert!(matches!(e, TemplateError::Unsupported(_)), "{src}: {e:?}");
+        // Rendering refuses it as well, instead of recursing until the stack overflows.
+        assert!(render(src, &ctx()).is_err(), "{src}");
+    }
+}
+
+#[test]
+fn nesting_and_size_are_bounded() {
+    let deep_blocks = format!("{}x{}", "{{#if true}}".repeat(30), "{{/if}}".repeat(30));
+    assert!(matches!(
+        compile(&deep_blocks),
+        Err(TemplateError::Limit(_))
+    ));
+    let deep_each = format!(
+        "{}{{{{@root.claim.name}}}}{}",
+        "{{#each @root.claim.annotations}}".repeat(30),
+        "{{/each}}".repeat(30)
+    );
+    assert!(matches!(compile(&deep_each), Err(TemplateError::Limit(_))));
+    let deep_subexpressions = format!(
+        "{{{{{}claim.name{}}}}}",
+        "(lower ".repeat(40),
+        ")".repeat(40)
+    );
+    assert!(matches!(
+        compile(&deep_subexpressions),
+        Err(TemplateError::Limit(_))
+    ));
+    let huge = "{{claim.name}}".repeat(100_000);
+    assert!(matches!(compile(&huge), Err(TemplateError::Limit(_))));
+    // Eight levels are fine.
+    let ok = format!("{}x{}", "{{#if true}}".repeat(8), "{{/if}}".repeat(8));
+    assert_eq!(render(&ok, &ctx()).unwrap(), "x");
+}
+
+#[test]
+fn output_is_bounded_while_rendering() {
+    // 2,000 annotations, each nested in each: 4 million pieces if nothing stopped it.
+    let c = ctx_with_annotations(2_000, 10);
+    let src =
+        "{{#each claim.annotations}}{{#each @root.claim.annotations}}{{this}}{{/each}}{{/each}}";
+    let e = render(src, &c).unwrap_err();
+    assert!(
+        matches!(&e, TemplateError::Limit(m) if m.contains("over 65536 bytes")),
+        "{e:?}"
+    );
+    // `replace` on a 200 KB annotation with an empty pattern: refused before it is built.
+    let c = ctx_with_annotations(1, 200_000);
+    let e = render(
+        "{{replace claim.annotations.a00000 \"\" \"0123456789\"}}",
+        &c,
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("helper `replace` would make a value of"),
+        "{e}"
+    );
+    // Ordinary use is untouched.
+    assert_eq!(
+        render("{{replace claim.name \"a\" \"o\"}}", &ctx()).unwrap(),
+        "doto"
+    );
+}
