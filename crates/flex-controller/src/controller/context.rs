@@ -17,7 +17,8 @@ use super::Options;
 use super::concurrency::Starts;
 use super::configs::Configs;
 use super::readiness::{Readiness, synced};
-use crate::plan::Notice;
+use super::retry::{Failures, Retry, retry_for};
+use crate::plan::{Notice, reasons};
 
 /// The reflector stores decisions read; ConfigMaps, Jobs and pods per config namespace.
 pub struct Caches {
@@ -44,6 +45,8 @@ pub struct Context {
     pub readiness: Readiness,
     /// Jobs created but maybe not cached yet, and one turn per class (`max-concurrent`).
     pub starts: Starts,
+    /// Consecutive reconcile failures per object, for the backoff.
+    pub failures: Failures,
     recorder: Recorder,
     said: Mutex<HashSet<String>>,
 }
@@ -80,6 +83,7 @@ impl Context {
             configs: Configs::default(),
             readiness: Readiness::default(),
             starts: Starts::default(),
+            failures: Failures::default(),
             metrics,
             said: Mutex::new(HashSet::new()),
         }
@@ -104,27 +108,48 @@ impl Context {
         self.readiness.open_when_synced(stores).await;
     }
 
-    /// What both controllers do with a failed reconcile: count it by category and try
-    /// again. A conflict only means the cache was behind a write: re-plan at once from
-    /// fresh state, without calling it a failure.
+    /// What both controllers do with a failed reconcile, by kind of error (see `retry`): a
+    /// conflict re-plans at once; a missing permission or object is said on the object and
+    /// retried after minutes; server trouble backs off exponentially per object.
     pub fn error_policy<K>(
-        _object: std::sync::Arc<K>,
+        object: std::sync::Arc<K>,
         error: &crate::Error,
         ctx: std::sync::Arc<Context>,
-    ) -> kube::runtime::controller::Action {
+    ) -> kube::runtime::controller::Action
+    where
+        K: kube::Resource<DynamicType = ()> + Send + Sync + 'static,
+    {
         use kube::runtime::controller::Action;
-        if let crate::Error::Kube(kube::Error::Api(s)) = error
-            && s.code == 409
-        {
-            tracing::debug!(error = %error, "write conflicted with a newer version; re-planning");
-            return Action::requeue(std::time::Duration::from_millis(200));
-        }
+        let key = object.meta().uid.clone().unwrap_or_default();
+        let failures = ctx.failures.record(&key);
+        let wait = match retry_for(error, failures) {
+            Retry::Replan(wait) => {
+                tracing::debug!(error = %error, "write conflicted with a newer version; re-planning");
+                return Action::requeue(wait);
+            }
+            Retry::Blocked(wait) => {
+                let on = object.object_ref(&());
+                let message = format!(
+                    "the provisioner cannot go on: {error}; it retries in {} minutes (check the controller's RBAC in deploy/rbac.yaml and that its config namespaces exist)",
+                    wait.as_secs() / 60
+                );
+                let notice = Notice::warning(
+                    format!("blocked/{key}/{}", error.category()),
+                    reasons::CONTROLLER_BLOCKED,
+                    message,
+                );
+                let ctx = ctx.clone();
+                tokio::spawn(async move { ctx.tell(&on, "", &[notice]).await });
+                wait
+            }
+            Retry::Backoff(wait) => wait,
+        };
         ctx.metrics
             .reconcile_errors_total
             .with_label_values(&[error.category()])
             .inc();
-        tracing::warn!(category = error.category(), error = %error, "reconcile failed; retrying");
-        Action::requeue(std::time::Duration::from_secs(5))
+        tracing::warn!(category = error.category(), error = %error, retry_in = ?wait, "reconcile failed");
+        Action::requeue(wait)
     }
 
     /// Publishes an event now.

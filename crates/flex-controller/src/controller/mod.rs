@@ -9,6 +9,7 @@ mod context;
 mod fan_out;
 mod readiness;
 mod reconcile;
+mod retry;
 mod volumes;
 
 use std::sync::Arc;

@@ -82,4 +82,6 @@ pub mod reasons {
     pub const CONFIG_INVALID: &str = "ProvisioningConfigInvalid";
     /// On a PV: its deprovision Job failed; the PV is kept and retried.
     pub const VOLUME_FAILED_DELETE: &str = "VolumeFailedDelete";
+    /// The controller lacks a permission, or an object it needs is missing.
+    pub const CONTROLLER_BLOCKED: &str = "ProvisionerBlocked";
 }
