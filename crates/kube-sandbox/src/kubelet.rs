@@ -67,6 +67,9 @@ pub struct Kubelet {
     started: Mutex<HashSet<String>>,
     /// Process groups of running containers, by pod uid, and how to ask them to stop.
     running: Mutex<HashMap<String, Vec<Running>>>,
+    /// With `SandboxOptions::auth`: the authenticator and the server URL; pods then get a
+    /// kubeconfig of their own carrying their ServiceAccount's token.
+    pub auth: Option<(Arc<super::auth::Authenticator>, String)>,
 }
 
 /// A running container: its process group, and the signal that it is being stopped.
@@ -112,6 +115,7 @@ impl Kubelet {
             nodes: opts.nodes.clone(),
             started: Mutex::new(HashSet::new()),
             running: Mutex::new(HashMap::new()),
+            auth: None,
         }
     }
 
@@ -479,7 +483,10 @@ impl Kubelet {
         for (k, v) in [
             ("PATH", full_path),
             ("HOME", pod_dir.display().to_string()),
-            ("KUBECONFIG", self.kubeconfig.display().to_string()),
+            (
+                "KUBECONFIG",
+                self.pod_kubeconfig(pod, pod_dir).display().to_string(),
+            ),
             ("TERMINATION_LOG", term.display().to_string()),
             ("SANDBOX_ROOT", self.node_root(node).display().to_string()),
             ("SANDBOX_NODE", node.to_owned()),
@@ -521,6 +528,41 @@ impl Kubelet {
             env,
             fallback_to_logs: c["terminationMessagePolicy"] == "FallbackToLogsOnError",
         })
+    }
+
+    /// The kubeconfig a pod's containers get: the sandbox's, or with auth on one of the
+    /// pod's own with a token for its ServiceAccount (none when the pod or its account
+    /// says `automountServiceAccountToken: false`).
+    fn pod_kubeconfig(&self, pod: &Value, pod_dir: &Path) -> PathBuf {
+        let Some((authn, server)) = &self.auth else {
+            return self.kubeconfig.clone();
+        };
+        let path = pod_dir.join("kubeconfig");
+        if path.exists() {
+            return path;
+        }
+        let ns = ns_of(pod);
+        let sa_name = pod["spec"]["serviceAccountName"]
+            .as_str()
+            .filter(|s| !s.is_empty())
+            .unwrap_or("default");
+        let sa = self
+            .api
+            .get(rid("", "serviceaccounts"), ns, sa_name)
+            .unwrap_or(Value::Null);
+        let automount = pod["spec"]["automountServiceAccountToken"]
+            .as_bool()
+            .or_else(|| sa["automountServiceAccountToken"].as_bool())
+            .unwrap_or(true);
+        let token = (automount && sa.is_object()).then(|| {
+            let uid = sa["metadata"]["uid"].as_str().unwrap_or_default();
+            authn.issue_service_account(ns, sa_name, uid, None).0
+        });
+        let _ = std::fs::write(
+            &path,
+            super::auth::kubeconfig_yaml(server, token.as_deref()),
+        );
+        path
     }
 
     /// Makes each mounted volume visible at `$SANDBOX_ROOT/<mountPath>`.

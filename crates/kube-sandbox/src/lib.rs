@@ -11,6 +11,7 @@
 
 pub mod admission;
 pub mod api;
+pub mod auth;
 pub(crate) mod controllers;
 pub mod events;
 pub mod faults;
@@ -19,6 +20,7 @@ pub mod kubelet;
 pub mod managed;
 mod openapi;
 pub mod patch;
+pub mod rbac;
 pub mod resources;
 pub mod selector;
 mod server;
@@ -63,6 +65,13 @@ pub struct SandboxOptions {
     pub extra_path: Vec<PathBuf>,
     /// Port to listen on (0: any free port).
     pub port: u16,
+    /// Authentication by bearer token and authorization by RBAC (off: anyone may do
+    /// anything). On, the kubeconfig carries an admin token (user `admin` in
+    /// `system:masters`) and pods get a token for their ServiceAccount.
+    pub auth: bool,
+    /// A client rate limit (QPS, burst) shared by the Job controller, scheduler and garbage
+    /// collector, as kube-controller-manager's client has (20, 30). None: unlimited.
+    pub controller_qps: Option<(f64, u32)>,
 }
 
 impl Default for SandboxOptions {
@@ -77,6 +86,8 @@ impl Default for SandboxOptions {
             work_dir: None,
             extra_path: Vec::new(),
             port: 0,
+            auth: false,
+            controller_qps: None,
         }
     }
 }
@@ -102,6 +113,8 @@ pub struct Sandbox {
     pub kubeconfig: PathBuf,
     pub work_dir: PathBuf,
     pub kubelet: Arc<kubelet::Kubelet>,
+    /// The token authenticator, when `SandboxOptions::auth` is on.
+    pub auth: Option<Arc<auth::Authenticator>>,
     owns_work_dir: bool,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -140,21 +153,28 @@ impl Sandbox {
             .kubeconfig
             .clone()
             .unwrap_or_else(|| work_dir.join("kubeconfig"));
-        std::fs::write(&kubeconfig, kubeconfig_yaml(addr)).map_err(io_err(&kubeconfig))?;
+        let authn = opts.auth.then(|| Arc::new(auth::Authenticator::new()));
+        let admin_token = authn.as_ref().map(|a| a.admin_token().to_owned());
+        std::fs::write(
+            &kubeconfig,
+            auth::kubeconfig_yaml(&format!("http://{addr}"), admin_token.as_deref()),
+        )
+        .map_err(io_err(&kubeconfig))?;
 
         let api = Arc::new(Api::new(opts.history_window));
         let faults = Arc::new(Faults::default());
-        let kubelet = Arc::new(kubelet::Kubelet::new(
-            api.clone(),
-            &opts,
-            &work_dir,
-            &kubeconfig,
-        ));
+        let mut kubelet = kubelet::Kubelet::new(api.clone(), &opts, &work_dir, &kubeconfig);
+        kubelet.auth = authn.clone().map(|a| (a, format!("http://{addr}")));
+        let kubelet = Arc::new(kubelet);
         controllers::bootstrap(&api, &opts.nodes);
+        if authn.is_some() {
+            auth::bootstrap_policy(&api);
+        }
         let shared = Arc::new(server::Shared {
             api: api.clone(),
             faults: faults.clone(),
             logs: kubelet.logs.clone(),
+            auth: authn.clone(),
         });
         let mut tasks = vec![tokio::spawn(server::serve(listener, shared))];
         tasks.extend(controllers::spawn_all(api.clone(), &opts));
@@ -166,6 +186,7 @@ impl Sandbox {
             kubeconfig,
             work_dir,
             kubelet,
+            auth: authn,
             owns_work_dir,
             tasks,
         })
@@ -184,6 +205,11 @@ impl Sandbox {
         let mut config = kube::Config::new(uri);
         config.default_namespace = "default".into();
         config.read_timeout = Some(Duration::from_secs(300));
+        if let Some(a) = &self.auth {
+            config.auth_info =
+                serde_json::from_value(serde_json::json!({"token": a.admin_token()}))
+                    .map_err(|e| SandboxError::Client(e.to_string()))?;
+        }
         kube::Client::try_from(config).map_err(|e| SandboxError::Client(e.to_string()))
     }
 
@@ -212,10 +238,4 @@ impl Drop for Sandbox {
             let _ = std::fs::remove_dir_all(&self.work_dir);
         }
     }
-}
-
-fn kubeconfig_yaml(addr: SocketAddr) -> String {
-    format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-sandbox\n  cluster:\n    server: http://{addr}\ncontexts:\n- name: kube-sandbox\n  context:\n    cluster: kube-sandbox\n    user: kube-sandbox\n    namespace: default\ncurrent-context: kube-sandbox\nusers:\n- name: kube-sandbox\n  user: {{}}\n"
-    )
 }

@@ -1,5 +1,6 @@
 //! The HTTP front end: Kubernetes REST paths, query parameters, content types and status
-//! codes, over the API verbs. Plain HTTP on 127.0.0.1, no authentication.
+//! codes, over the API verbs. Plain HTTP on 127.0.0.1; no authentication unless
+//! `SandboxOptions::auth` (bearer tokens and RBAC, see `auth` and `rbac`).
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -33,6 +34,8 @@ pub struct Shared {
     pub api: Arc<Api>,
     pub faults: Arc<Faults>,
     pub logs: Arc<PodLogs>,
+    /// Authentication and RBAC, when on.
+    pub auth: Option<Arc<super::auth::Authenticator>>,
 }
 
 /// Serves connections until the listener's task is dropped.
@@ -183,6 +186,21 @@ fn verb_of(method: &Method, q: &BTreeMap<String, String>, has_name: bool) -> &'s
 async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
     let path = req.uri().path().to_owned();
     let q = query(&req);
+    let user = match &shared.auth {
+        None => None,
+        Some(authn) => {
+            let Some(user) = authn.authenticate(&shared.api, &header(&req, "authorization")) else {
+                return error_response(&super::auth::unauthorized());
+            };
+            let a =
+                super::rbac::request_attributes(req.method().as_str(), &path, req.uri().query());
+            let d = super::rbac::authorize(&shared.api, &user, &a);
+            if !d.allowed {
+                return error_response(&super::rbac::forbidden(&user, &a, &d.reason));
+            }
+            Some(user)
+        }
+    };
     let Some(route) = route(&path) else {
         return error_response(&ApiError::unknown_resource());
     };
@@ -253,6 +271,14 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
                 Err(_) => Bytes::new(),
             };
             let ns = ns.unwrap_or_default();
+            if let Some(user) = &user
+                && method == Method::POST
+                && r.plural == "selfsubjectaccessreviews"
+            {
+                let review = parse_body(&body).unwrap_or(json!({}));
+                let answer = super::rbac::self_subject_access_review(&shared.api, user, &review);
+                return json_response(201, &answer);
+            }
             let result = dispatch(
                 &shared,
                 &method,
@@ -404,8 +430,11 @@ fn dispatch(
             ))
         }
         (&Method::POST, Some(name), Some("token")) if r.plural == "serviceaccounts" => {
-            api.get(rid, ns, name)?;
+            let sa = api.get(rid, ns, name)?;
             let req = parse_body(body).unwrap_or(json!({}));
+            if let Some(authn) = &shared.auth {
+                return Ok(json_response(201, &authn.token_request(ns, &sa, &req)));
+            }
             Ok(json_response(
                 201,
                 &json!({"kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{is_deleting, name_of, ns_of, uid_of};
+use super::{Feed, Throttle, is_deleting, name_of, ns_of, uid_of};
 use crate::api::{Api, DeleteOpts};
 use crate::resources::{self, RESOURCES, Rid};
 use crate::store::{EventType, Write};
@@ -64,7 +64,8 @@ fn dependents_of(api: &Api, owner_uid: &str) -> Vec<(Rid, Value)> {
     out
 }
 
-fn remove_owner_ref(api: &Api, rid: Rid, dep: &Value, owner_uid: &str) {
+async fn remove_owner_ref(t: &Throttle, api: &Api, rid: Rid, dep: &Value, owner_uid: &str) {
+    t.wait().await;
     let _ = api.store.write(rid, ns_of(dep), name_of(dep), |cur, _| {
         let Some(cur) = cur else {
             return Ok(Write::Unchanged(Value::Null));
@@ -85,7 +86,8 @@ fn remove_owner_ref(api: &Api, rid: Rid, dep: &Value, owner_uid: &str) {
     });
 }
 
-fn remove_finalizer(api: &Api, rid: Rid, obj: &Value, f: &str) {
+async fn remove_finalizer(t: &Throttle, api: &Api, rid: Rid, obj: &Value, f: &str) {
+    t.wait().await;
     let _ = api.store.write(rid, ns_of(obj), name_of(obj), |cur, _| {
         let Some(cur) = cur else {
             return Ok(Write::Unchanged(Value::Null));
@@ -100,17 +102,18 @@ fn remove_finalizer(api: &Api, rid: Rid, obj: &Value, f: &str) {
     });
 }
 
-fn delete(api: &Api, rid: Rid, obj: &Value, policy: &str) {
+async fn delete(t: &Throttle, api: &Api, rid: Rid, obj: &Value, policy: &str) {
     let opts = DeleteOpts {
         propagation: Some(policy.into()),
         ..Default::default()
     };
+    t.wait().await;
     let _ = api.delete(rid, ns_of(obj), name_of(obj), &opts);
 }
 
 /// Settles one object: an owner being deleted in foreground or orphan mode, or a
 /// dependent whose owners are (partly) gone.
-fn settle(api: &Api, rid: Rid, obj: &Value) {
+async fn settle(t: &Throttle, api: &Api, rid: Rid, obj: &Value) {
     let fins = finalizers(obj);
     if is_deleting(obj) && fins.iter().any(|f| f == "foregroundDeletion") {
         let deps = dependents_of(api, uid_of(obj));
@@ -121,19 +124,19 @@ fn settle(api: &Api, rid: Rid, obj: &Value) {
         });
         for (drid, d) in &deps {
             if !is_deleting(d) {
-                delete(api, *drid, d, "Foreground");
+                delete(t, api, *drid, d, "Foreground").await;
             }
         }
         if !blocking {
-            remove_finalizer(api, rid, obj, "foregroundDeletion");
+            remove_finalizer(t, api, rid, obj, "foregroundDeletion").await;
         }
         return;
     }
     if is_deleting(obj) && fins.iter().any(|f| f == "orphan") {
         for (drid, d) in dependents_of(api, uid_of(obj)) {
-            remove_owner_ref(api, drid, &d, uid_of(obj));
+            remove_owner_ref(t, api, drid, &d, uid_of(obj)).await;
         }
-        remove_finalizer(api, rid, obj, "orphan");
+        remove_finalizer(t, api, rid, obj, "orphan").await;
         return;
     }
     let refs = owner_refs(obj);
@@ -145,21 +148,21 @@ fn settle(api: &Api, rid: Rid, obj: &Value) {
         .filter(|rf| owner_alive(api, ns_of(obj), rf))
         .collect();
     if alive.is_empty() {
-        delete(api, rid, obj, "Background");
+        delete(t, api, rid, obj, "Background").await;
     } else if alive.len() < refs.len() {
         for rf in refs.iter().filter(|rf| !alive.contains(rf)) {
-            remove_owner_ref(api, rid, obj, rf["uid"].as_str().unwrap_or_default());
+            remove_owner_ref(t, api, rid, obj, rf["uid"].as_str().unwrap_or_default()).await;
         }
     }
 }
 
-fn sweep(api: &Api) {
+async fn sweep(t: &Throttle, api: &Api) {
     for rid in all_storage() {
         let (items, _) = api
             .store
             .list(rid, None, |v| !owner_refs(v).is_empty() || is_deleting(v));
         for obj in &items {
-            settle(api, rid, obj);
+            settle(t, api, rid, obj).await;
         }
     }
 }
@@ -169,30 +172,30 @@ fn current(api: &Api, rid: Rid, obj: &Value) -> Option<Value> {
     api.store.get(rid, ns_of(obj), name_of(obj))
 }
 
-pub async fn run(api: Arc<Api>) {
+pub async fn run(api: Arc<Api>, t: Throttle) {
     let interests: Vec<Rid> = all_storage().collect();
     let mut last_sweep = std::time::Instant::now();
-    super::run_loop(
-        api,
-        interests,
-        Duration::from_millis(500),
-        move |api, changes| {
+    let mut feed = Feed::new(&api, interests, Duration::from_millis(500));
+    loop {
+        let changes = feed.next().await;
+        let api: &Api = &api;
+        {
             if changes.is_empty() {
                 // A periodic full sweep catches what the incremental path cannot see.
                 if last_sweep.elapsed() >= Duration::from_secs(2) {
                     last_sweep = std::time::Instant::now();
-                    sweep(api);
+                    sweep(&t, api).await;
                 }
-                return;
+                continue;
             }
-            for c in changes {
+            for c in &changes {
                 if c.event == EventType::Deleted {
                     // Its dependents may now be orphans; its owners may be waiting for it.
                     for (drid, d) in dependents_of(api, uid_of(&c.object)) {
-                        settle(api, drid, &d);
+                        settle(&t, api, drid, &d).await;
                     }
                     for rf in owner_refs(&c.object) {
-                        owner_settle(api, &c.object, &rf);
+                        owner_settle(&t, api, &c.object, &rf).await;
                     }
                     continue;
                 }
@@ -201,16 +204,15 @@ pub async fn run(api: Arc<Api>) {
                 };
                 let new_dependent = c.event == EventType::Added && !owner_refs(&obj).is_empty();
                 if is_deleting(&obj) || new_dependent {
-                    settle(api, c.rid, &obj);
+                    settle(&t, api, c.rid, &obj).await;
                 }
             }
-        },
-    )
-    .await;
+        }
+    }
 }
 
 /// A dependent went away: if its owner is being deleted in the foreground, look again.
-fn owner_settle(api: &Api, dependent: &Value, rf: &Value) {
+async fn owner_settle(t: &Throttle, api: &Api, dependent: &Value, rf: &Value) {
     let Some(rid) = resources::by_kind(
         rf["apiVersion"].as_str().unwrap_or_default(),
         rf["kind"].as_str().unwrap_or_default(),
@@ -227,6 +229,6 @@ fn owner_settle(api: &Api, dependent: &Value, rf: &Value) {
         .get(rid, ns, rf["name"].as_str().unwrap_or_default())
         && is_deleting(&owner)
     {
-        settle(api, rid, &owner);
+        settle(t, api, rid, &owner).await;
     }
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{is_deleting, name_of, ns_of, record_event, rid, uid_of};
+use super::{Feed, Throttle, is_deleting, name_of, ns_of, rid, uid_of};
 use crate::api::{Api, DeleteOpts, WriteCtx, set_condition};
 use crate::ids;
 
@@ -22,6 +22,7 @@ struct Jobs {
     jobs: usize,
     pods: usize,
     base_backoff: Duration,
+    throttle: Throttle,
     /// When each job last saw a pod fail, to delay the replacement.
     last_failure: HashMap<String, (usize, Instant)>,
 }
@@ -115,8 +116,16 @@ fn judge(job: &Value, pod: &Value) -> Verdict {
 }
 
 impl Jobs {
-    fn write_status(&self, api: &Api, job: &Value, f: impl FnOnce(&mut Value)) {
-        super::modify(api, self.jobs, ns_of(job), name_of(job), f);
+    async fn write_status(&self, api: &Api, job: &Value, f: impl Fn(&mut Value)) {
+        self.throttle
+            .modify(api, self.jobs, ns_of(job), name_of(job), f)
+            .await;
+    }
+
+    async fn event(&self, api: &Api, job: &Value, type_: &str, reason: &str, message: &str) {
+        self.throttle
+            .event(api, job, type_, reason, message, COMPONENT)
+            .await;
     }
 
     fn owned_pods(&self, api: &Api, job: &Value) -> Vec<Value> {
@@ -132,36 +141,39 @@ impl Jobs {
             .0
     }
 
-    fn release_pod(&self, api: &Api, pod: &Value) {
-        super::modify(api, self.pods, ns_of(pod), name_of(pod), |next| {
-            if let Some(list) = next["metadata"]["finalizers"].as_array_mut() {
-                list.retain(|f| f != TRACKING);
-            }
-        });
+    async fn release_pod(&self, api: &Api, pod: &Value) {
+        self.throttle
+            .modify(api, self.pods, ns_of(pod), name_of(pod), |next| {
+                if let Some(list) = next["metadata"]["finalizers"].as_array_mut() {
+                    list.retain(|f| f != TRACKING);
+                }
+            })
+            .await;
     }
 
-    fn delete_pod(&self, api: &Api, job: &Value, pod: &Value) {
+    async fn delete_pod(&self, api: &Api, job: &Value, pod: &Value) {
         let opts = DeleteOpts {
             propagation: Some("Background".into()),
             ..Default::default()
         };
+        self.throttle.wait().await;
         if api
             .delete(self.pods, ns_of(pod), name_of(pod), &opts)
             .is_ok()
         {
-            record_event(
+            self.event(
                 api,
                 job,
                 "Normal",
                 "SuccessfulDelete",
                 &format!("Deleted pod: {}", name_of(pod)),
-                COMPONENT,
-            );
+            )
+            .await;
         }
     }
 
     /// Adds `first` then `last` as True conditions, in two writes as the real controller does.
-    fn conclude(
+    async fn conclude(
         &self,
         api: &Api,
         job: &Value,
@@ -172,18 +184,35 @@ impl Jobs {
     ) {
         self.write_status(api, job, |j| {
             set_condition(j, first, "True", Some(reason), Some(message))
-        });
+        })
+        .await;
         self.write_status(api, job, |j| {
             set_condition(j, last, "True", Some(reason), Some(message))
-        });
+        })
+        .await;
     }
 
-    fn fail_job(&self, api: &Api, job: &Value, reason: &str, message: &str) {
-        self.conclude(api, job, "FailureTarget", "Failed", reason, message);
-        record_event(api, job, "Warning", reason, message, COMPONENT);
+    async fn fail_job(&self, api: &Api, job: &Value, reason: &str, message: &str) {
+        self.conclude(api, job, "FailureTarget", "Failed", reason, message)
+            .await;
+        self.event(api, job, "Warning", reason, message).await;
     }
 
-    fn complete_job(&self, api: &Api, job: &Value) {
+    async fn fail_with(
+        &self,
+        api: &Api,
+        job: &Value,
+        active: &[&Value],
+        reason: &str,
+        message: &str,
+    ) {
+        for p in active {
+            self.delete_pod(api, job, p).await;
+        }
+        self.fail_job(api, job, reason, message).await;
+    }
+
+    async fn complete_job(&self, api: &Api, job: &Value) {
         let message = "Reached expected number of succeeded pods";
         self.write_status(api, job, |j| {
             set_condition(
@@ -193,7 +222,8 @@ impl Jobs {
                 Some("CompletionsReached"),
                 Some(message),
             )
-        });
+        })
+        .await;
         self.write_status(api, job, |j| {
             set_condition(
                 j,
@@ -203,11 +233,13 @@ impl Jobs {
                 Some(message),
             );
             j["status"]["completionTime"] = json!(ids::now());
-        });
-        record_event(api, job, "Normal", "Completed", "Job completed", COMPONENT);
+        })
+        .await;
+        self.event(api, job, "Normal", "Completed", "Job completed")
+            .await;
     }
 
-    fn create_pod(&self, api: &Api, job: &Value) {
+    async fn create_pod(&self, api: &Api, job: &Value) {
         let template = &job["spec"]["template"];
         let pod = json!({
             "metadata": {
@@ -220,32 +252,28 @@ impl Jobs {
             },
             "spec": template["spec"],
         });
-        match api.create(
+        self.throttle.wait().await;
+        let (type_, reason, message) = match api.create(
             self.pods,
             ns_of(job),
             pod,
             &WriteCtx::manager("kube-controller-manager"),
         ) {
-            Ok(p) => record_event(
-                api,
-                job,
+            Ok(p) => (
                 "Normal",
                 "SuccessfulCreate",
-                &format!("Created pod: {}", name_of(&p)),
-                COMPONENT,
+                format!("Created pod: {}", name_of(&p)),
             ),
-            Err(e) => record_event(
-                api,
-                job,
+            Err(e) => (
                 "Warning",
                 "FailedCreate",
-                &format!("Error creating: {}", e.message),
-                COMPONENT,
+                format!("Error creating: {}", e.message),
             ),
-        }
+        };
+        self.event(api, job, type_, reason, &message).await;
     }
 
-    fn reconcile(&mut self, api: &Api, job: &Value) {
+    async fn reconcile(&mut self, api: &Api, job: &Value) {
         let pods = self.owned_pods(api, job);
         // A Job being deleted lets go of its finished or stopping pods, so the collector
         // can remove them (and then the Job, in foreground deletion).
@@ -254,7 +282,7 @@ impl Jobs {
                 .iter()
                 .filter(|p| matches!(phase(p), "Succeeded" | "Failed") || is_deleting(p))
             {
-                self.release_pod(api, p);
+                self.release_pod(api, p).await;
             }
             return;
         }
@@ -265,14 +293,15 @@ impl Jobs {
         if finished {
             for p in &pods {
                 if matches!(phase(p), "Succeeded" | "Failed") || is_deleting(p) {
-                    self.release_pod(api, p);
+                    self.release_pod(api, p).await;
                 }
             }
-            self.expire(api, job);
+            self.expire(api, job).await;
             return;
         }
         if job["status"]["startTime"].is_null() {
-            self.write_status(api, job, |j| j["status"]["startTime"] = json!(ids::now()));
+            self.write_status(api, job, |j| j["status"]["startTime"] = json!(ids::now()))
+                .await;
         }
         let succeeded = pods.iter().filter(|p| phase(p) == "Succeeded").count();
         let mut failed_jobs_verdict = None;
@@ -324,21 +353,20 @@ impl Jobs {
             s["ready"] = json!(0);
             s["terminating"] = json!(0);
             s["uncountedTerminatedPods"] = json!({});
-        });
-        let fail_with = |this: &Self, reason: &str, message: &str| {
-            for p in &active {
-                this.delete_pod(api, job, p);
-            }
-            this.fail_job(api, job, reason, message);
-        };
+        })
+        .await;
         if let Some(message) = failed_jobs_verdict {
-            fail_with(self, "PodFailurePolicy", &message);
+            self.fail_with(api, job, &active, "PodFailurePolicy", &message)
+                .await;
         } else if failed > backoff_limit {
-            fail_with(
-                self,
+            self.fail_with(
+                api,
+                job,
+                &active,
                 "BackoffLimitExceeded",
                 "Job has reached the specified backoff limit",
-            );
+            )
+            .await;
         } else if deadline.is_some_and(|d| started >= d) {
             let extra = active.len();
             self.write_status(api, job, |j| {
@@ -347,14 +375,18 @@ impl Jobs {
                 if let Some(m) = j["status"].as_object_mut() {
                     m.remove("active");
                 }
-            });
-            fail_with(
-                self,
+            })
+            .await;
+            self.fail_with(
+                api,
+                job,
+                &active,
                 "DeadlineExceeded",
                 "Job was active longer than specified deadline",
-            );
+            )
+            .await;
         } else if succeeded >= completions {
-            self.complete_job(api, job);
+            self.complete_job(api, job).await;
         } else if active.is_empty() {
             let wait = if failed == 0 {
                 Duration::ZERO
@@ -362,19 +394,19 @@ impl Jobs {
                 (self.base_backoff * 2u32.saturating_pow(failed as u32 - 1)).min(MAX_BACKOFF)
             };
             if last_failure.1.elapsed() >= wait {
-                self.create_pod(api, job);
+                self.create_pod(api, job).await;
             }
         }
         for p in pods
             .iter()
             .filter(|p| matches!(phase(p), "Succeeded" | "Failed"))
         {
-            self.release_pod(api, p);
+            self.release_pod(api, p).await;
         }
     }
 
     /// Deletes a finished Job (foreground, so its pods go first) once its TTL has passed.
-    fn expire(&self, api: &Api, job: &Value) {
+    async fn expire(&self, api: &Api, job: &Value) {
         let Some(ttl) = job["spec"]["ttlSecondsAfterFinished"].as_f64() else {
             return;
         };
@@ -395,24 +427,26 @@ impl Jobs {
                 propagation: Some("Foreground".into()),
                 ..Default::default()
             };
+            self.throttle.wait().await;
             let _ = api.delete(self.jobs, ns_of(job), name_of(job), &opts);
         }
     }
 }
 
-pub async fn run(api: Arc<Api>, base_backoff: Duration) {
+pub async fn run(api: Arc<Api>, base_backoff: Duration, throttle: Throttle) {
     let mut jobs = Jobs {
         jobs: rid("batch", "jobs"),
         pods: rid("", "pods"),
         base_backoff,
+        throttle,
         last_failure: HashMap::new(),
     };
     let interests = vec![jobs.jobs, jobs.pods];
-    super::run_loop(
-        api,
-        interests,
-        Duration::from_millis(250),
-        move |api, changes| {
+    let mut feed = Feed::new(&api, interests, Duration::from_millis(250));
+    loop {
+        let changes = feed.next().await;
+        let api: &Api = &api;
+        {
             let (all, _) = api.store.list(jobs.jobs, None, |_| true);
             let touched: Vec<&Value> = if changes.is_empty() {
                 all.iter().collect()
@@ -440,7 +474,7 @@ pub async fn run(api: Arc<Api>, base_backoff: Duration) {
             };
             for job in touched {
                 if let Some(current) = api.store.get(jobs.jobs, ns_of(job), name_of(job)) {
-                    jobs.reconcile(api, &current);
+                    jobs.reconcile(api, &current).await;
                 }
             }
             let live: Vec<String> = all.iter().map(|j| uid_of(j).to_owned()).collect();
@@ -458,10 +492,9 @@ pub async fn run(api: Arc<Api>, base_backoff: Duration) {
                         })
             });
             for p in &orphans {
-                jobs.release_pod(api, p);
+                jobs.release_pod(api, p).await;
             }
             jobs.last_failure.retain(|k, _| live.contains(k));
-        },
-    )
-    .await;
+        }
+    }
 }

@@ -74,7 +74,10 @@ pub fn modify(
         .filter(|v| !v.is_null())
 }
 
-/// Records a core/v1 Event about `object`, as the named component.
+/// Records a core/v1 Event about `object`, as the named component. Like client-go's
+/// recorder, a repeat of an Event already recorded (same involved object uid, reason,
+/// message, source component and type) increments that Event's `count` and `lastTimestamp`
+/// instead of making another.
 pub fn record_event(
     api: &Api,
     object: &Value,
@@ -88,11 +91,30 @@ pub fn record_event(
         ns => ns,
     };
     let now = ids::now();
+    let events = rid("", "events");
+    let uid = uid_of(object);
+    let (same, _) = api.store.list(events, Some(ns), |e| {
+        e["involvedObject"]["uid"].as_str() == Some(uid)
+            && e["reason"].as_str() == Some(reason)
+            && e["message"].as_str() == Some(message)
+            && e["source"]["component"].as_str() == Some(component)
+            && e["type"].as_str() == Some(type_)
+    });
+    if let Some(existing) = same.first() {
+        let counted = modify(api, events, ns, name_of(existing), |e| {
+            let count = e["count"].as_i64().unwrap_or(1);
+            e["count"] = json!(count + 1);
+            e["lastTimestamp"] = json!(now);
+        });
+        if counted.is_some() {
+            return;
+        }
+    }
     let event = json!({
         "metadata": {"name": format!("{}.{:x}", name_of(object), jiff::Timestamp::now().as_nanosecond()), "namespace": ns},
         "involvedObject": {
             "kind": object["kind"], "namespace": ns_of(object), "name": name_of(object),
-            "uid": uid_of(object), "apiVersion": object["apiVersion"],
+            "uid": uid, "apiVersion": object["apiVersion"],
             "resourceVersion": object["metadata"]["resourceVersion"],
         },
         "reason": reason, "message": message, "type": type_,
@@ -100,7 +122,155 @@ pub fn record_event(
         "firstTimestamp": now, "lastTimestamp": now, "count": 1,
         "reportingComponent": component, "reportingInstance": "",
     });
-    let _ = api.create(rid("", "events"), ns, event, &WriteCtx::manager(component));
+    let _ = api.create(events, ns, event, &WriteCtx::manager(component));
+}
+
+/// A token bucket standing for one API client's rate limit (client-go's QPS and burst): each
+/// write takes a token; tokens come back at `qps` per second, up to `burst`. Waiters reserve
+/// their turn (tokens may go negative), so they are served in order. Never held across an
+/// await: the lock only guards the arithmetic.
+#[derive(Debug)]
+pub struct TokenBucket {
+    qps: f64,
+    burst: f64,
+    state: std::sync::Mutex<(f64, tokio::time::Instant)>,
+}
+
+impl TokenBucket {
+    pub fn new(qps: f64, burst: u32) -> TokenBucket {
+        let burst = f64::from(burst.max(1));
+        TokenBucket {
+            qps: if qps > 0.0 { qps } else { f64::MAX },
+            burst,
+            state: std::sync::Mutex::new((burst, tokio::time::Instant::now())),
+        }
+    }
+
+    /// Waits for a token.
+    pub async fn acquire(&self) {
+        let wait = {
+            let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let now = tokio::time::Instant::now();
+            let refill = now.duration_since(s.1).as_secs_f64() * self.qps;
+            s.0 = (s.0 + refill).min(self.burst) - 1.0;
+            s.1 = now;
+            if s.0 >= 0.0 {
+                Duration::ZERO
+            } else {
+                Duration::from_secs_f64(-s.0 / self.qps)
+            }
+        };
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+/// The rate limit of the controller-manager's client, shared by the controllers that use
+/// it; unlimited when empty.
+#[derive(Debug, Clone, Default)]
+pub struct Throttle(Option<Arc<TokenBucket>>);
+
+impl Throttle {
+    pub fn new(limit: Option<(f64, u32)>) -> Throttle {
+        Throttle(limit.map(|(qps, burst)| Arc::new(TokenBucket::new(qps, burst))))
+    }
+
+    /// Waits for the right to make one write.
+    pub async fn wait(&self) {
+        if let Some(b) = &self.0 {
+            b.acquire().await;
+        }
+    }
+
+    /// `modify`, waiting for the limit first, and only when `f` would change the object
+    /// (a controller skips writes that change nothing).
+    pub async fn modify(
+        &self,
+        api: &Api,
+        rid: Rid,
+        ns: &str,
+        name: &str,
+        f: impl Fn(&mut Value),
+    ) -> Option<Value> {
+        let cur = api.store.get(rid, ns, name)?;
+        let mut next = cur.clone();
+        f(&mut next);
+        if next == cur {
+            return Some(cur);
+        }
+        self.wait().await;
+        modify(api, rid, ns, name, f)
+    }
+
+    /// `record_event`, waiting for the limit first.
+    pub async fn event(
+        &self,
+        api: &Api,
+        object: &Value,
+        type_: &str,
+        reason: &str,
+        message: &str,
+        component: &str,
+    ) {
+        self.wait().await;
+        record_event(api, object, type_, reason, message, component);
+    }
+}
+
+/// The changes a loop reacts to: batches of changes to `interests`, and an empty batch
+/// every `tick` (for time-based work and as a resync) or after falling behind.
+pub struct Feed {
+    rx: tokio::sync::broadcast::Receiver<Arc<Change>>,
+    interval: tokio::time::Interval,
+    interests: Vec<Rid>,
+    started: bool,
+}
+
+impl Feed {
+    pub fn new(api: &Api, interests: Vec<Rid>, tick: Duration) -> Feed {
+        Feed {
+            rx: api.store.subscribe(),
+            interval: tokio::time::interval(tick),
+            interests,
+            started: false,
+        }
+    }
+
+    /// The next batch to reconcile; empty for a full resync.
+    pub async fn next(&mut self) -> Vec<Arc<Change>> {
+        if !self.started {
+            self.started = true;
+            return Vec::new();
+        }
+        loop {
+            tokio::select! {
+                msg = self.rx.recv() => {
+                    let mut batch = Vec::new();
+                    let mut lagged = false;
+                    match msg {
+                        Ok(c) => batch.push(c),
+                        Err(_) => lagged = true,
+                    }
+                    loop {
+                        match self.rx.try_recv() {
+                            Ok(c) => batch.push(c),
+                            Err(TryRecvError::Lagged(_)) => lagged = true,
+                            Err(_) => break,
+                        }
+                    }
+                    if lagged {
+                        return Vec::new();
+                    }
+                    batch.retain(|c| self.interests.contains(&c.rid));
+                    if !batch.is_empty() {
+                        return batch;
+                    }
+                }
+                _ = self.interval.tick() => return Vec::new(),
+            }
+        }
+    }
 }
 
 /// Runs `reconcile` on every batch of changes to `interests`, and on its own every `tick`
@@ -111,36 +281,10 @@ pub async fn run_loop(
     tick: Duration,
     mut reconcile: impl FnMut(&Api, &[Arc<Change>]),
 ) {
-    let mut rx = api.store.subscribe();
-    reconcile(&api, &[]);
-    let mut interval = tokio::time::interval(tick);
+    let mut feed = Feed::new(&api, interests, tick);
     loop {
-        tokio::select! {
-            msg = rx.recv() => {
-                let mut batch = Vec::new();
-                let mut lagged = false;
-                match msg {
-                    Ok(c) => batch.push(c),
-                    Err(_) => lagged = true,
-                }
-                loop {
-                    match rx.try_recv() {
-                        Ok(c) => batch.push(c),
-                        Err(TryRecvError::Lagged(_)) => lagged = true,
-                        Err(_) => break,
-                    }
-                }
-                if lagged {
-                    reconcile(&api, &[]);
-                    continue;
-                }
-                batch.retain(|c| interests.contains(&c.rid));
-                if !batch.is_empty() {
-                    reconcile(&api, &batch);
-                }
-            }
-            _ = interval.tick() => reconcile(&api, &[]),
-        }
+        let batch = feed.next().await;
+        reconcile(&api, &batch);
     }
 }
 
@@ -182,11 +326,78 @@ pub fn bootstrap(api: &Api, nodes: &[String]) {
 }
 
 pub fn spawn_all(api: Arc<Api>, opts: &SandboxOptions) -> Vec<JoinHandle<()>> {
+    // One bucket: the Job controller, scheduler and collector share one client.
+    let throttle = Throttle::new(opts.controller_qps);
     vec![
         tokio::spawn(namespaces::run(api.clone())),
-        tokio::spawn(gc::run(api.clone())),
+        tokio::spawn(gc::run(api.clone(), throttle.clone())),
         tokio::spawn(pv::run(api.clone())),
-        tokio::spawn(scheduler::run(api.clone())),
-        tokio::spawn(jobs::run(api, opts.pod_backoff)),
+        tokio::spawn(scheduler::run(api.clone(), throttle.clone())),
+        tokio::spawn(jobs::run(api, opts.pod_backoff, throttle)),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeated_events_are_aggregated() {
+        let api = Api::new(1000);
+        bootstrap(&api, &[]);
+        let object = json!({"kind": "Pod", "apiVersion": "v1",
+            "metadata": {"name": "p", "namespace": "default", "uid": "u-1", "resourceVersion": "1"}});
+        let other = json!({"kind": "Pod", "apiVersion": "v1",
+            "metadata": {"name": "p", "namespace": "default", "uid": "u-2", "resourceVersion": "1"}});
+        record_event(&api, &object, "Warning", "Failed", "it broke", "c");
+        record_event(&api, &object, "Warning", "Failed", "it broke", "c");
+        record_event(&api, &object, "Warning", "Failed", "it broke", "c");
+        // Any difference in the key makes a new Event.
+        record_event(&api, &object, "Warning", "Failed", "it broke again", "c");
+        record_event(&api, &object, "Warning", "Other", "it broke", "c");
+        record_event(&api, &object, "Normal", "Failed", "it broke", "c");
+        record_event(&api, &object, "Warning", "Failed", "it broke", "d");
+        record_event(&api, &other, "Warning", "Failed", "it broke", "c");
+        let (events, _) = api.store.list(rid("", "events"), Some("default"), |_| true);
+        assert_eq!(events.len(), 6, "{events:#?}");
+        let first = events
+            .iter()
+            .find(|e| {
+                e["involvedObject"]["uid"] == "u-1"
+                    && e["reason"] == "Failed"
+                    && e["message"] == "it broke"
+                    && e["type"] == "Warning"
+                    && e["source"]["component"] == "c"
+            })
+            .unwrap();
+        assert_eq!(first["count"], 3);
+        assert!(
+            first["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .starts_with("p.")
+        );
+        assert!(
+            first["lastTimestamp"].as_str().unwrap() >= first["firstTimestamp"].as_str().unwrap()
+        );
+        let ones = events.iter().filter(|e| e["count"] == 1).count();
+        assert_eq!(ones, 5);
+    }
+
+    #[tokio::test]
+    async fn token_bucket_allows_burst_then_qps() {
+        let bucket = TokenBucket::new(50.0, 5);
+        let start = tokio::time::Instant::now();
+        for _ in 0..5 {
+            bucket.acquire().await;
+        }
+        assert!(start.elapsed() < Duration::from_millis(50));
+        // 10 more at 50/s: about 200 ms.
+        for _ in 0..10 {
+            bucket.acquire().await;
+        }
+        let took = start.elapsed();
+        assert!(took >= Duration::from_millis(190), "{took:?}");
+        assert!(took < Duration::from_secs(2), "{took:?}");
+    }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{is_deleting, name_of, ns_of, record_event, rid, uid_of};
+use super::{Feed, Throttle, is_deleting, name_of, ns_of, rid, uid_of};
 use crate::api::{Api, set_condition};
 use crate::store::Write;
 use crate::wellknown::ANN_SELECTED_NODE;
@@ -94,6 +94,7 @@ struct Scheduler {
     classes: usize,
     /// Pods already told they are unschedulable, so the event is sent once.
     reported: HashSet<String>,
+    throttle: Throttle,
 }
 
 enum Volumes {
@@ -157,7 +158,7 @@ impl Scheduler {
         }
     }
 
-    fn schedule(
+    async fn schedule(
         &mut self,
         api: &Api,
         pod: &Value,
@@ -177,7 +178,9 @@ impl Scheduler {
             Volumes::Wait(None) => return,
             Volumes::Wait(Some(why)) => {
                 if self.reported.insert(uid_of(pod).to_owned()) {
-                    record_event(api, pod, "Warning", "FailedScheduling", why, COMPONENT);
+                    self.throttle
+                        .event(api, pod, "Warning", "FailedScheduling", why, COMPONENT)
+                        .await;
                 }
                 return;
             }
@@ -188,13 +191,14 @@ impl Scheduler {
             .copied()
             .min_by_key(|n| load.get(name_of(n)).copied().unwrap_or(0))
         else {
-            self.unschedulable(api, pod, nodes.len());
+            self.unschedulable(api, pod, nodes.len()).await;
             return;
         };
         let node = name_of(node).to_owned();
         if let Volumes::NeedNode(claims) = volumes {
             for (ns, claim) in claims {
                 let node = node.clone();
+                self.throttle.wait().await;
                 let _ = api.store.write(self.claims, &ns, &claim, |cur, _| {
                     let Some(cur) = cur else {
                         return Ok(Write::Unchanged(Value::Null));
@@ -207,26 +211,29 @@ impl Scheduler {
             return;
         }
         *load.entry(node.clone()).or_default() += 1;
+        self.throttle.wait().await;
         if api.bind_pod(ns_of(pod), name_of(pod), &node).is_ok()
             && let Some(p) = api.store.get(self.pods, ns_of(pod), name_of(pod))
         {
             self.reported.remove(uid_of(pod));
-            record_event(
-                api,
-                &p,
-                "Normal",
-                "Scheduled",
-                &format!(
-                    "Successfully assigned {}/{} to {node}",
-                    ns_of(pod),
-                    name_of(pod)
-                ),
-                COMPONENT,
-            );
+            self.throttle
+                .event(
+                    api,
+                    &p,
+                    "Normal",
+                    "Scheduled",
+                    &format!(
+                        "Successfully assigned {}/{} to {node}",
+                        ns_of(pod),
+                        name_of(pod)
+                    ),
+                    COMPONENT,
+                )
+                .await;
         }
     }
 
-    fn unschedulable(&mut self, api: &Api, pod: &Value, total: usize) {
+    async fn unschedulable(&mut self, api: &Api, pod: &Value, total: usize) {
         if !self.reported.insert(uid_of(pod).to_owned()) {
             return;
         }
@@ -234,6 +241,7 @@ impl Scheduler {
             "0/{total} nodes are available: {total} node(s) didn't match Pod's node affinity/selector. preemption: 0/{total} nodes are available: {total} Preemption is not helpful for scheduling."
         );
         let m = message.clone();
+        self.throttle.wait().await;
         let _ = api
             .store
             .write(self.pods, ns_of(pod), name_of(pod), |cur, _| {
@@ -254,11 +262,13 @@ impl Scheduler {
                     Write::Put(next)
                 })
             });
-        record_event(api, pod, "Warning", "FailedScheduling", &message, COMPONENT);
+        self.throttle
+            .event(api, pod, "Warning", "FailedScheduling", &message, COMPONENT)
+            .await;
     }
 }
 
-pub async fn run(api: Arc<Api>) {
+pub async fn run(api: Arc<Api>, throttle: Throttle) {
     let mut s = Scheduler {
         pods: rid("", "pods"),
         nodes: rid("", "nodes"),
@@ -266,18 +276,19 @@ pub async fn run(api: Arc<Api>) {
         volumes: rid("", "persistentvolumes"),
         classes: rid("storage.k8s.io", "storageclasses"),
         reported: HashSet::new(),
+        throttle,
     };
     let interests = vec![s.pods, s.nodes, s.claims];
-    super::run_loop(
-        api,
-        interests,
-        Duration::from_secs(1),
-        move |api, _changes| {
+    let mut feed = Feed::new(&api, interests, Duration::from_secs(1));
+    loop {
+        let _changes = feed.next().await;
+        let api: &Api = &api;
+        {
             let (pending, _) = api.store.list(s.pods, None, |p| {
                 p["spec"]["nodeName"].as_str().is_none_or(str::is_empty) && !is_deleting(p)
             });
             if pending.is_empty() {
-                return;
+                continue;
             }
             // How many pods each node runs, counted once per pass.
             let mut load = std::collections::HashMap::new();
@@ -296,9 +307,8 @@ pub async fn run(api: Arc<Api>) {
                     .or_default() += 1;
             }
             for pod in &pending {
-                s.schedule(api, pod, &mut load);
+                s.schedule(api, pod, &mut load).await;
             }
-        },
-    )
-    .await;
+        }
+    }
 }
