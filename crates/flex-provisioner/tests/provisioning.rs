@@ -61,31 +61,8 @@ async fn two_hundred_claims_at_once_bind_with_one_job_and_pv_each() {
     let sb = sandbox().await;
     let _c = controller(&sb);
     class(&sb, "bulk", "Immediate", "make-pv", serde_json::json!({})).await;
-    let claims: kube::Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
-        kube::Api::namespaced(sb.client().unwrap(), "default");
-    let creates = (0..200).map(|i| {
-        let claims = claims.clone();
-        async move {
-            claims
-                .create(
-                    &Default::default(),
-                    &claim_object(&format!("c{i:03}"), "bulk"),
-                )
-                .await
-                .unwrap()
-        }
-    });
-    futures::future::join_all(creates).await;
-    eventually(240, "200 claims bound", || async {
-        let list = claims.list(&Default::default()).await.ok()?;
-        let bound = list
-            .items
-            .iter()
-            .filter(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
-            .count();
-        (bound == 200).then_some(())
-    })
-    .await;
+    burst(&sb, "c", 200, "bulk").await;
+    all_bound(&sb, 200, 240).await;
     let jobs = jobs(&sb).await;
     assert_eq!(jobs.len(), 200, "exactly one Job per claim");
     let mut claim_uids: Vec<String> = jobs
@@ -98,17 +75,7 @@ async fn two_hundred_claims_at_once_bind_with_one_job_and_pv_each() {
     assert_eq!(volumes(&sb).await.len(), 200, "exactly one PV per claim");
     // Every claim bound after one attempt, so none may have been told its Job made no PV
     // (a judgement from a PV cache that had not caught up).
-    let events: kube::Api<k8s_openapi::api::core::v1::Event> =
-        kube::Api::namespaced(sb.client().unwrap(), "default");
-    let wrong: Vec<String> = events
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter_map(|e| e.message)
-        .filter(|m| m.contains("created no PersistentVolume"))
-        .collect();
+    let wrong = events_saying(&sb, "created no PersistentVolume").await;
     assert!(wrong.is_empty(), "{wrong:?}");
 }
 
@@ -788,7 +755,8 @@ async fn max_concurrent_is_strict_even_before_the_cache_sees_new_jobs() {
         let peak = peak.clone();
         tokio::spawn(async move {
             let mut active = std::collections::BTreeMap::new();
-            let mut events = std::pin::pin!(watcher(jobs_api, Default::default()).applied_objects());
+            let mut events =
+                std::pin::pin!(watcher(jobs_api, Default::default()).applied_objects());
             while let Some(Ok(job)) = events.next().await {
                 let done = job.status.as_ref().is_some_and(|s| {
                     s.conditions.iter().flatten().any(|c| {
@@ -801,21 +769,9 @@ async fn max_concurrent_is_strict_even_before_the_cache_sees_new_jobs() {
             }
         })
     };
-    let claims: kube::Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
-        kube::Api::namespaced(sb.client().unwrap(), "default");
-    futures::future::join_all((0..20).map(|i| {
-        let claims = claims.clone();
-        async move {
-            claims
-                .create(&Default::default(), &claim_object(&format!("m{i:02}"), "few"))
-                .await
-                .unwrap()
-        }
-    }))
-    .await;
-    for i in 0..20 {
-        bound(&sb, &format!("m{i:02}"), 120).await;
-    }
+    burst(&sb, "m", 20, "few").await;
+    all_bound(&sb, 20, 120).await;
+
     watching.abort();
     let peak = peak.load(std::sync::atomic::Ordering::SeqCst);
     assert!(peak <= 2, "{peak} Jobs of the class were active at once");

@@ -94,39 +94,7 @@ fn binary_dir() -> PathBuf {
 }
 
 pub async fn sandbox() -> Sandbox {
-    super::at_root();
-    // The project's own images, by name, beside the test images.
-    let image_map = std::fs::read_dir("provisioner-images")
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.join("entrypoint").exists())
-        .map(|p| {
-            (
-                p.file_name().unwrap().to_string_lossy().into_owned(),
-                std::fs::canonicalize(p.join("entrypoint")).unwrap(),
-            )
-        })
-        .collect();
-    let sb = Sandbox::start(SandboxOptions {
-        images_dir: write_images(),
-        image_map,
-        pod_backoff: Duration::from_millis(100),
-        nodes: vec!["node-a".into(), "node-b".into()],
-        extra_path: vec![binary_dir()],
-        ..Default::default()
-    })
-    .await
-    .expect("sandbox starts");
-    let ctx = WriteCtx::manager("test");
-    sb.api
-        .create(
-            resources::find("", "v1", "namespaces").unwrap(),
-            "",
-            json!({"metadata": {"name": NS}}),
-            &ctx,
-        )
-        .unwrap();
-    sb
+    sandbox_with(|o| o).await
 }
 
 pub fn options() -> Options {
@@ -377,4 +345,86 @@ pub fn succeeded(job: &Job) -> bool {
             c.iter()
                 .any(|c| c.type_ == "Complete" && c.status == "True")
         })
+}
+
+/// Like `sandbox()`, with `adjust` applied to the options first (e.g. to turn on the
+/// controllers' client rate limit).
+pub async fn sandbox_with(adjust: impl FnOnce(SandboxOptions) -> SandboxOptions) -> Sandbox {
+    super::at_root();
+    let image_map = std::fs::read_dir("provisioner-images")
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("entrypoint").exists())
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::canonicalize(p.join("entrypoint")).unwrap(),
+            )
+        })
+        .collect();
+    let sb = Sandbox::start(adjust(SandboxOptions {
+        images_dir: write_images(),
+        image_map,
+        pod_backoff: Duration::from_millis(100),
+        nodes: vec!["node-a".into(), "node-b".into()],
+        extra_path: vec![binary_dir()],
+        ..Default::default()
+    }))
+    .await
+    .expect("sandbox starts");
+    sb.api
+        .create(
+            resources::find("", "v1", "namespaces").unwrap(),
+            "",
+            json!({"metadata": {"name": NS}}),
+            &WriteCtx::manager("test"),
+        )
+        .unwrap();
+    sb
+}
+
+/// `n` claims `<prefix><i>` of `class` created at once.
+pub async fn burst(sb: &Sandbox, prefix: &str, n: usize, class: &str) {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(sb.client().unwrap(), "default");
+    futures::future::join_all((0..n).map(|i| {
+        let claims = claims.clone();
+        async move {
+            claims
+                .create(
+                    &PostParams::default(),
+                    &claim_object(&format!("{prefix}{i:03}"), class),
+                )
+                .await
+                .unwrap()
+        }
+    }))
+    .await;
+}
+
+/// Waits until `n` claims in `default` are bound.
+pub async fn all_bound(sb: &Sandbox, n: usize, secs: u64) {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(sb.client().unwrap(), "default");
+    eventually(secs, &format!("{n} claims bound"), || async {
+        let list = claims.list(&ListParams::default()).await.ok()?;
+        let bound = list
+            .items
+            .iter()
+            .filter(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
+            .count();
+        (bound == n).then_some(())
+    })
+    .await;
+}
+
+/// Messages of the events in `default` that contain `needle`.
+pub async fn events_saying(sb: &Sandbox, needle: &str) -> Vec<String> {
+    Api::<Event>::namespaced(sb.client().unwrap(), "default")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|e| e.message)
+        .filter(|m| m.contains(needle))
+        .collect()
 }

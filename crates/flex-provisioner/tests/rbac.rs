@@ -1,0 +1,182 @@
+//! End to end on the sandbox with authentication and RBAC on: the controller runs with a
+//! token of its own ServiceAccount holding exactly deploy/'s RBAC, the provisioner pods with
+//! theirs, and a claim is provisioned, bound, released and deprovisioned.
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::provisioning::*;
+use common::sandbox::eventually;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+
+const DEPLOY_NS: &str = "flex-provisioner";
+
+/// A client acting as `system:serviceaccount:<ns>:<name>`, with a token from TokenRequest.
+async fn client_as(sb: &flex_provisioner::sandbox::Sandbox, ns: &str, name: &str) -> kube::Client {
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(sb.client().unwrap(), ns);
+    let answer: serde_json::Value = accounts
+        .create_subresource(
+            "token",
+            name,
+            &PostParams::default(),
+            &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}),
+        )
+        .await
+        .expect("a token for the account");
+    let token = answer["status"]["token"].as_str().unwrap().to_owned();
+    let mut config = kube::Config::new(sb.url().parse().unwrap());
+    config.auth_info.token = Some(token.into());
+    kube::Client::try_from(config).unwrap()
+}
+
+/// A sandbox with auth on, deploy/'s namespace, accounts and RBAC, and a class `fast`
+/// whose Jobs run as the image account.
+async fn deployed() -> flex_provisioner::sandbox::Sandbox {
+    let sb = sandbox_with(|o| flex_provisioner::sandbox::SandboxOptions { auth: true, ..o }).await;
+    let files: Vec<PathBuf> = ["namespace.yaml", "serviceaccounts.yaml", "rbac.yaml"]
+        .iter()
+        .map(|f| PathBuf::from("deploy").join(f))
+        .collect();
+    flex_provisioner::sandbox_cmd::apply_files(&sb, &files).expect("deploy/ applies");
+    let admin = sb.client().unwrap();
+    let sc: StorageClass = serde_json::from_value(json!({"metadata": {"name": "fast"},
+        "provisioner": flex_provisioner::names::DEFAULT_PROVISIONER_NAME,
+        "reclaimPolicy": "Delete", "volumeBindingMode": "Immediate"}))
+    .unwrap();
+    Api::<StorageClass>::all(admin.clone())
+        .create(&PostParams::default(), &sc)
+        .await
+        .unwrap();
+    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "fast-config",
+        "labels": {"type": "provisioner-config", "storage-class": "fast"}},
+        "data": {"image": "make-pv", "retries": "0",
+                 "service-account-name": "flex-provisioner-volume-writer"}}))
+    .unwrap();
+    Api::<ConfigMap>::namespaced(admin.clone(), DEPLOY_NS)
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap();
+
+    sb
+}
+
+/// The controller as deployed: `client` (its own account's token), its leader Lease in its
+/// namespace.
+fn deployed_controller(client: kube::Client) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let result = flex_provisioner::controller::run(
+            client,
+            flex_provisioner::controller::Options {
+                config_namespaces: vec![DEPLOY_NS.into()],
+                leader: Some(flex_provisioner::leader::LeaderOptions {
+                    namespace: DEPLOY_NS.into(),
+                    lease_name: "flex-provisioner".into(),
+                    identity: "rbac-test".into(),
+                    lease_duration: Duration::from_secs(15),
+                }),
+                ..options()
+            },
+        )
+        .await;
+        if let Err(e) = result {
+            panic!("controller stopped: {e}");
+        }
+    })
+}
+
+#[tokio::test]
+async fn the_controller_and_images_need_no_more_than_deploys_rbac() {
+    let sb = deployed().await;
+    let admin = sb.client().unwrap();
+    // The controller's own account, with a leader Lease in its namespace as deployed.
+    let controller_client = client_as(&sb, DEPLOY_NS, "flex-provisioner").await;
+    // Authorization is really on: what deploy/ does not grant is refused.
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::all(controller_client.clone());
+    let refused = secrets.list(&Default::default()).await.unwrap_err();
+    assert!(
+        matches!(&refused, kube::Error::Api(s) if s.code == 403 && s.message.contains(
+            "User \"system:serviceaccount:flex-provisioner:flex-provisioner\" cannot list resource \"secrets\""
+        )),
+        "{refused:?}"
+    );
+    let writer = client_as(&sb, DEPLOY_NS, "flex-provisioner-volume-writer").await;
+    let refused = Api::<ConfigMap>::namespaced(writer, DEPLOY_NS)
+        .list(&Default::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, kube::Error::Api(s) if s.code == 403),
+        "{refused:?}"
+    );
+    let run = deployed_controller(controller_client);
+
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), "default");
+    claims
+        .create(&PostParams::default(), &claim_object("data", "fast"))
+        .await
+        .unwrap();
+    let claim = bound(&sb, "data", 60).await;
+    let pv_name = claim.spec.unwrap().volume_name.unwrap();
+    let pvs: Api<PersistentVolume> = Api::all(admin.clone());
+    let pv = pvs.get(&pv_name).await.unwrap();
+    assert!(
+        pv.metadata
+            .finalizers
+            .unwrap_or_default()
+            .contains(&"flex-provisioner.io/deprovision".to_string()),
+        "the controller could record its bookkeeping on the PV"
+    );
+    claims
+        .delete("data", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        60,
+        "the released volume to be deprovisioned and removed",
+        || async { pvs.get_opt(&pv_name).await.ok()?.is_none().then_some(()) },
+    )
+    .await;
+    assert!(
+        !run.is_finished(),
+        "the controller is still running: {run:?}"
+    );
+    run.abort();
+}
+
+/// A permission the controller lacks is said on the claim (which permission, and where to
+/// grant it), instead of a silent retry loop.
+#[tokio::test]
+async fn a_missing_permission_is_reported_on_the_claim() {
+    let sb = deployed().await;
+    let admin = sb.client().unwrap();
+    let run = deployed_controller(client_as(&sb, DEPLOY_NS, "flex-provisioner").await);
+    // Wait until it leads and has synced, then take its namespace permissions away.
+    eventually(30, "the controller to lead", || async {
+        let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+            Api::namespaced(admin.clone(), DEPLOY_NS);
+        leases.get_opt("flex-provisioner").await.ok()?.map(|_| ())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(admin.clone(), DEPLOY_NS)
+        .delete("flex-provisioner", &DeleteParams::default())
+        .await
+        .unwrap();
+    Api::<PersistentVolumeClaim>::namespaced(admin.clone(), "default")
+        .create(&PostParams::default(), &claim_object("data", "fast"))
+        .await
+        .unwrap();
+    let message = wait_event(&sb, "data", "ProvisionerBlocked", "jobs", 60).await;
+    assert!(
+        message.contains("cannot create resource \"jobs\" in API group \"batch\" in the namespace \"flex-provisioner\""),
+        "{message}"
+    );
+    assert!(message.contains("deploy/rbac.yaml"), "{message}");
+    run.abort();
+}
