@@ -33,12 +33,7 @@ pub struct Caches {
 pub struct Context {
     pub client: Client,
     pub opts: Options,
-    pub claims: Store<PersistentVolumeClaim>,
-    pub classes: Store<StorageClass>,
-    pub volumes: Store<PersistentVolume>,
-    pub config_maps: Vec<Store<ConfigMap>>,
-    pub jobs: Vec<Store<Job>>,
-    pub pods: Vec<Store<Pod>>,
+    pub caches: Caches,
     pub configs: Configs,
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
     /// Open once every store has had its first full list.
@@ -58,14 +53,6 @@ impl Context {
         metrics: std::sync::Arc<crate::metrics::Metrics>,
         caches: Caches,
     ) -> Self {
-        let Caches {
-            claims,
-            classes,
-            volumes,
-            config_maps,
-            jobs,
-            pods,
-        } = caches;
         let reporter = Reporter {
             controller: "flex-provisioner".into(),
             instance: Some(opts.instance.clone()),
@@ -74,12 +61,7 @@ impl Context {
             recorder: Recorder::new(client.clone(), reporter),
             client,
             opts,
-            claims,
-            classes,
-            volumes,
-            config_maps,
-            jobs,
-            pods,
+            caches,
             configs: Configs::default(),
             readiness: Readiness::default(),
             starts: Starts::default(),
@@ -98,13 +80,13 @@ impl Context {
     /// The one future that waits on the stores themselves and opens `readiness`.
     pub async fn open_when_synced(&self) {
         let mut stores = vec![
-            synced(self.claims.clone()),
-            synced(self.classes.clone()),
-            synced(self.volumes.clone()),
+            synced(self.caches.claims.clone()),
+            synced(self.caches.classes.clone()),
+            synced(self.caches.volumes.clone()),
         ];
-        stores.extend(self.config_maps.iter().cloned().map(synced));
-        stores.extend(self.jobs.iter().cloned().map(synced));
-        stores.extend(self.pods.iter().cloned().map(synced));
+        stores.extend(self.caches.config_maps.iter().cloned().map(synced));
+        stores.extend(self.caches.jobs.iter().cloned().map(synced));
+        stores.extend(self.caches.pods.iter().cloned().map(synced));
         self.readiness.open_when_synced(stores).await;
     }
 

@@ -134,7 +134,7 @@ async fn count_active_jobs(ctx: Arc<Context>) {
     loop {
         tick.tick().await;
         ctx.metrics.active_jobs.reset();
-        for job in ctx.jobs.iter().flat_map(|s| s.state()) {
+        for job in ctx.caches.jobs.iter().flat_map(|s| s.state()) {
             if crate::job::outcome(&job, &[]) != crate::job::JobOutcome::Running {
                 continue;
             }

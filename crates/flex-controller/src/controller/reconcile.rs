@@ -48,8 +48,8 @@ pub async fn reconcile(
     let (resolved, report) = ctx.configs.resolve(
         &class,
         &opts.provisioner_name,
-        &ctx.classes,
-        &ctx.config_maps,
+        &ctx.caches.classes,
+        &ctx.caches.config_maps,
         &opts.config_namespaces,
     );
     if let Some(r) = report {
@@ -65,18 +65,20 @@ pub async fn reconcile(
         }
     }
     let jobs: Vec<Arc<Job>> = ctx
+        .caches
         .jobs
         .iter()
         .flat_map(|s| s.state())
         .filter(|j| is_provision(j) && j.labels().get(LABEL_CLAIM_UID) == Some(&uid))
         .collect();
     let pods: Vec<Arc<Pod>> = ctx
+        .caches
         .pods
         .iter()
         .flat_map(|s| s.state())
         .filter(|p| p.labels().get(LABEL_CLAIM_UID) == Some(&uid))
         .collect();
-    let pv = ctx.volumes.get(&ObjectRef::new(&pv_name(&uid)));
+    let pv = ctx.caches.volumes.get(&ObjectRef::new(&pv_name(&uid)));
     let selected = claim.annotations().get(ANN_SELECTED_NODE).cloned();
     let node = match selected {
         Some(name) => Api::<Node>::all(ctx.client.clone())
@@ -94,6 +96,7 @@ pub async fn reconcile(
         false => None,
     };
     let class_jobs: Vec<Arc<Job>> = ctx
+        .caches
         .jobs
         .iter()
         .flat_map(|s| s.state())

@@ -39,6 +39,7 @@ async fn claim_alive(ctx: &Context, pv: &PersistentVolume) -> crate::Result<bool
         && pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
     let cached = settled
         && ctx
+            .caches
             .claims
             .get(&ObjectRef::new(name).within(ns))
             .is_some_and(|c| c.metadata.uid == r.uid);
@@ -67,7 +68,7 @@ pub async fn reconcile_volume(
         .and_then(|s| s.claim_ref.as_ref())
         .and_then(|r| r.uid.clone())
         .unwrap_or_default();
-    let all_jobs: Vec<Arc<Job>> = ctx.jobs.iter().flat_map(|s| s.state()).collect();
+    let all_jobs: Vec<Arc<Job>> = ctx.caches.jobs.iter().flat_map(|s| s.state()).collect();
     let action_is = |j: &Job, a: &str| j.labels().get(LABEL_ACTION).map(String::as_str) == Some(a);
     let provisioning = all_jobs.iter().any(|j| {
         action_is(j, "provision")
@@ -80,6 +81,7 @@ pub async fn reconcile_volume(
         .filter(|j| action_is(j, "deprovision") && j.labels().get(LABEL_VOLUME) == Some(&name))
         .collect();
     let pods: Vec<Arc<Pod>> = ctx
+        .caches
         .pods
         .iter()
         .flat_map(|s| s.state())
@@ -136,6 +138,7 @@ pub async fn reconcile_volume(
                 .await?;
             ctx.metrics.delete_total.with_label_values(&[&class]).inc();
             let first_job = ctx
+                .caches
                 .jobs
                 .iter()
                 .flat_map(|s| s.state())

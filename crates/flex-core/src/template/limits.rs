@@ -83,21 +83,17 @@ fn name_is_dynamic(p: &Parameter) -> bool {
     matches!(p, Parameter::Subexpression(_))
 }
 
-/// A writer that refuses to grow past `MAX_OUTPUT_BYTES`, so rendering stops as soon as the
+/// An output that refuses to grow past `MAX_OUTPUT_BYTES`, so rendering stops as soon as the
 /// budget is spent rather than after building an arbitrarily large value.
 #[derive(Default)]
-pub struct Budgeted(pub Vec<u8>);
+pub struct Budgeted(pub String);
 
-impl std::io::Write for Budgeted {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if self.0.len() + buf.len() > MAX_OUTPUT_BYTES {
+impl handlebars::Output for Budgeted {
+    fn write(&mut self, seg: &str) -> std::io::Result<()> {
+        if self.0.len() + seg.len() > MAX_OUTPUT_BYTES {
             return Err(std::io::Error::other(OVER_BUDGET));
         }
-        self.0.extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.push_str(seg);
         Ok(())
     }
 }

@@ -61,12 +61,20 @@ pub fn compile(source: &str) -> Result<Template, TemplateError> {
 }
 
 /// Renders a template against a claim's context, within the output budget. The template
-/// is checked first, so a source that `compile` refuses is never rendered.
+/// is compiled (and checked) once, and that compiled form is what renders.
 pub fn render(source: &str, context: &Context) -> Result<String, TemplateError> {
-    compile(source)?;
+    use handlebars::Renderable;
+    let template = compile(source)?;
+    let data = handlebars::Context::wraps(context.as_json())
+        .map_err(|e| TemplateError::Render(e.to_string()))?;
     let mut out = limits::Budgeted::default();
-    registry()
-        .render_template_to_write(source, context.as_json(), &mut out)
+    template
+        .render(
+            registry(),
+            &data,
+            &mut handlebars::RenderContext::new(None),
+            &mut out,
+        )
         .map_err(|e| match e.reason() {
             RenderErrorReason::MissingVariable(Some(path)) => {
                 TemplateError::MissingVariable(path.clone())
@@ -82,7 +90,7 @@ pub fn render(source: &str, context: &Context) -> Result<String, TemplateError> 
             }
             other => TemplateError::Render(other.to_string()),
         })?;
-    String::from_utf8(out.0).map_err(|e| TemplateError::Render(e.to_string()))
+    Ok(out.0)
 }
 
 #[cfg(test)]

@@ -18,7 +18,6 @@ use serde_json::{Value, json};
 
 use super::{is_deleting, name_of, ns_of, record_event, rid, uid_of};
 use crate::api::{Api, DeleteOpts};
-use crate::ids;
 use crate::store::Write;
 use crate::wellknown::{
     ANN_PROVISIONED_BY, ANN_SELECTED_NODE, ANN_STORAGE_PROVISIONER, ANN_STORAGE_PROVISIONER_BETA,
@@ -38,14 +37,10 @@ struct Pv {
     volumes: usize,
     classes: usize,
     pods: usize,
-    events: usize,
     /// Per pending claim (uid): when it last had a sync that emits events, and the claim's
     /// resourceVersion then. This loop resyncs every tick; the real one every 15 s or on a
     /// change to the claim, which is when an event is due again.
     synced: HashMap<String, (Instant, String)>,
-    /// The Event each (object uid, reason, message) went into, so that a repeat counts up
-    /// (namespace, name), as client-go's event correlator does.
-    recorded: HashMap<(String, String, String), (String, String)>,
 }
 
 /// What the Delete reclaim policy does with a released volume.
@@ -115,58 +110,14 @@ impl Pv {
         if due {
             self.synced
                 .insert(uid_of(claim).to_owned(), (Instant::now(), rv.to_owned()));
-            self.record(api, claim, type_, reason, message);
-        }
-    }
-
-    /// Records an event; a repeat of one already recorded (same object, reason and message)
-    /// increments that Event's `count` and `lastTimestamp` instead of making another.
-    fn record(&mut self, api: &Api, object: &Value, type_: &str, reason: &str, message: &str) {
-        let key = (
-            uid_of(object).to_owned(),
-            reason.to_owned(),
-            message.to_owned(),
-        );
-        if let Some((ns, name)) = self.recorded.get(&key) {
-            let now = ids::now();
-            let counted = super::modify(api, self.events, ns, name, |e| {
-                let count = e["count"].as_i64().unwrap_or(1);
-                e["count"] = json!(count + 1);
-                e["lastTimestamp"] = json!(now);
-            });
-            if counted.is_some() {
-                return;
-            }
-            self.recorded.remove(&key);
-        }
-        record_event(api, object, type_, reason, message, COMPONENT);
-        let ns = match ns_of(object) {
-            "" => "default",
-            ns => ns,
-        };
-        let (made, _) = api.store.list(self.events, Some(ns), |e| {
-            e["involvedObject"]["uid"].as_str() == Some(key.0.as_str())
-                && e["reason"].as_str() == Some(reason)
-                && e["message"].as_str() == Some(message)
-                && e["source"]["component"].as_str() == Some(COMPONENT)
-        });
-        let newest = made.iter().max_by_key(|e| {
-            e["metadata"]["resourceVersion"]
-                .as_str()
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or_default()
-        });
-        if let Some(e) = newest {
-            self.recorded
-                .insert(key, (ns.to_owned(), name_of(e).to_owned()));
+            // record_event folds a repeat into the existing Event (its count grows).
+            record_event(api, claim, type_, reason, message, COMPONENT);
         }
     }
 
     /// Forgets what it keeps about claims that are no longer pending.
     fn forget_except(&mut self, pending: &HashSet<&str>) {
         self.synced.retain(|uid, _| pending.contains(uid.as_str()));
-        self.recorded
-            .retain(|(uid, _, _), _| pending.contains(uid.as_str()));
     }
 
     /// Applies `f` to the stored object (a spec/metadata write, or a status write).
@@ -582,9 +533,7 @@ pub async fn run(api: Arc<Api>) {
         volumes: rid("", "persistentvolumes"),
         classes: rid("storage.k8s.io", "storageclasses"),
         pods: rid("", "pods"),
-        events: rid("", "events"),
         synced: HashMap::new(),
-        recorded: HashMap::new(),
     };
     let interests = vec![pv.claims, pv.volumes, pv.classes, pv.pods];
     super::run_loop(
