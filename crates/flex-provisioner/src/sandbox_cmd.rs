@@ -36,12 +36,28 @@ pub fn options(args: &SandboxArgs) -> Result<SandboxOptions, String> {
     })
 }
 
-/// What `--demo` applies: the hostpath example class and a claim with a pod writing to it.
-pub const DEMO: &[(&str, &str)] = &[
+/// What the sandbox installs before anything else when the controller runs inside it, as
+/// `kubectl apply -k deploy/` would in a cluster: the controller's namespace, its
+/// ServiceAccounts (the example classes' Jobs run as `flex-provisioner-volume-writer`)
+/// and its RBAC. So `sandbox --apply configmaps/<example>.yaml` works on its own.
+pub const INSTALL: &[(&str, &str)] = &[
+    (
+        "deploy/namespace.yaml",
+        include_str!("../../../deploy/namespace.yaml"),
+    ),
     (
         "deploy/serviceaccounts.yaml",
         include_str!("../../../deploy/serviceaccounts.yaml"),
     ),
+    (
+        "deploy/rbac.yaml",
+        include_str!("../../../deploy/rbac.yaml"),
+    ),
+];
+
+/// What `--demo` applies (after `INSTALL`): the hostpath example class and a claim with a
+/// pod writing to it.
+pub const DEMO: &[(&str, &str)] = &[
     (
         "configmaps/hostpath.yaml",
         include_str!("../../../configmaps/hostpath.yaml"),
@@ -51,6 +67,20 @@ pub const DEMO: &[(&str, &str)] = &[
         include_str!("../../../examples/quickstart.yaml"),
     ),
 ];
+
+/// Creates the objects of built-in files (`INSTALL`, `DEMO`); one line per object.
+pub fn apply_builtin(sandbox: &Sandbox, files: &[(&str, &str)]) -> Vec<String> {
+    let mut docs = Vec::new();
+    let mut lines = Vec::new();
+    for (origin, text) in files {
+        match crate::offline::parse_documents(text, origin) {
+            Ok(d) => docs.extend(d),
+            Err(e) => lines.push(format!("error: {e}")),
+        }
+    }
+    lines.extend(apply_documents(sandbox, docs));
+    lines
+}
 
 /// Creates every object in the files, in order; returns one line per object.
 pub fn apply_files(sandbox: &Sandbox, files: &[PathBuf]) -> Result<Vec<String>, crate::Error> {
@@ -98,6 +128,10 @@ pub fn apply_documents(sandbox: &Sandbox, docs: Vec<crate::offline::Document>) -
                 &WriteCtx::manager("flex-provisioner"),
             ) {
                 Ok(_) => lines.push(format!("{}/{name} created", r.singular)),
+                // Applying what already exists (e.g. deploy/ again) keeps the object.
+                Err(e) if e.code == 409 && e.reason == Some("AlreadyExists") => {
+                    lines.push(format!("{}/{name} unchanged (already exists)", r.singular))
+                }
                 Err(e) => lines.push(format!("{}/{name}: {}", r.singular, e.message)),
             }
         }
@@ -155,6 +189,12 @@ async fn follow_claims(sandbox: &Sandbox) {
 pub async fn run(args: &SandboxArgs) -> Result<(), SandboxError> {
     let opts = options(args).map_err(SandboxError::Client)?;
     let sandbox = Sandbox::start(opts).await?;
+    if !args.no_controller {
+        // The controller runs inside as deployed: what deploy/ creates exists too.
+        apply_builtin(&sandbox, INSTALL)
+            .iter()
+            .for_each(|l| println!("{l}"));
+    }
     let ns_rid = resources::find("", "v1", "namespaces").unwrap_or_default();
     for ns in &args.config_namespaces {
         let _ = sandbox.api.create(
@@ -182,14 +222,7 @@ pub async fn run(args: &SandboxArgs) -> Result<(), SandboxError> {
         });
     }
     if args.demo {
-        let mut docs = Vec::new();
-        for (origin, text) in DEMO {
-            match crate::offline::parse_documents(text, origin) {
-                Ok(d) => docs.extend(d),
-                Err(e) => eprintln!("error: {e}"),
-            }
-        }
-        apply_documents(&sandbox, docs)
+        apply_builtin(&sandbox, DEMO)
             .iter()
             .for_each(|l| println!("{l}"));
     }

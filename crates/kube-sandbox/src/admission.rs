@@ -224,6 +224,7 @@ pub fn prepare_create(r: &Resource, obj: &mut Value) -> ApiResult<()> {
             add_finalizer(obj, "kubernetes.io/pv-protection");
             validation::validate_create(r, &name, obj)?;
         }
+        ("", "secrets") => prepare_secret(obj),
         ("storage.k8s.io", "storageclasses") => {
             default(obj, "/reclaimPolicy", json!("Delete"));
             default(obj, "/volumeBindingMode", json!("Immediate"));
@@ -277,6 +278,24 @@ pub fn prepare_create(r: &Resource, obj: &mut Value) -> ApiResult<()> {
         }
     }
     Ok(())
+}
+
+/// A Secret's defaults (`type: Opaque`) and its write-only `stringData`, which the API
+/// server folds into `data` (base64) and never stores.
+fn prepare_secret(obj: &mut Value) {
+    use base64::Engine;
+    default(obj, "/type", json!("Opaque"));
+    let Some(Value::Object(plain)) = obj.as_object_mut().and_then(|o| o.remove("stringData"))
+    else {
+        return;
+    };
+    if !obj["data"].is_object() {
+        obj["data"] = json!({});
+    }
+    let b64 = base64::engine::general_purpose::STANDARD;
+    for (k, v) in plain {
+        obj["data"][k] = json!(b64.encode(v.as_str().unwrap_or_default()));
+    }
 }
 
 fn prepare_job(r: &Resource, obj: &mut Value, name: &str) -> ApiResult<()> {

@@ -174,14 +174,43 @@ impl Authenticator {
     }
 }
 
-/// A kubeconfig for the sandbox at `server`, with a bearer token when given.
-pub fn kubeconfig_yaml(server: &str, token: Option<&str>) -> String {
+/// Answers a SelfSubjectReview (`kubectl auth whoami`): who the request is from.
+pub fn self_subject_review(user: &UserInfo) -> Value {
+    let mut info = json!({"username": user.name, "groups": user.groups});
+    if let Some((_, _, uid)) = user.service_account.as_ref().filter(|s| !s.2.is_empty()) {
+        info["uid"] = json!(uid);
+    }
+    json!({"kind": "SelfSubjectReview", "apiVersion": "authentication.k8s.io/v1",
+        "metadata": {"creationTimestamp": null}, "status": {"userInfo": info}})
+}
+
+/// Where clients reach the sandbox: its URL and, over HTTPS, the CA to trust (a
+/// kubeconfig's `certificate-authority-data`: base64 of the PEM).
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    pub server: String,
+    pub ca_data: Option<String>,
+}
+
+impl Endpoint {
+    /// A kubeconfig for the sandbox, with a bearer token when given.
+    pub fn kubeconfig(&self, token: Option<&str>) -> String {
+        kubeconfig_yaml(&self.server, self.ca_data.as_deref(), token)
+    }
+}
+
+/// A kubeconfig for the sandbox at `server`, trusting the CA when given, with a bearer
+/// token when given.
+pub fn kubeconfig_yaml(server: &str, ca_data: Option<&str>, token: Option<&str>) -> String {
     let user = match token {
         Some(t) => format!("\n    token: {t}\n"),
         None => " {}\n".to_owned(),
     };
+    let ca = ca_data
+        .map(|c| format!("\n    certificate-authority-data: {c}"))
+        .unwrap_or_default();
     format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-sandbox\n  cluster:\n    server: {server}\ncontexts:\n- name: kube-sandbox\n  context:\n    cluster: kube-sandbox\n    user: kube-sandbox\n    namespace: default\ncurrent-context: kube-sandbox\nusers:\n- name: kube-sandbox\n  user:{user}"
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-sandbox\n  cluster:\n    server: {server}{ca}\ncontexts:\n- name: kube-sandbox\n  context:\n    cluster: kube-sandbox\n    user: kube-sandbox\n    namespace: default\ncurrent-context: kube-sandbox\nusers:\n- name: kube-sandbox\n  user:{user}"
     )
 }
 

@@ -69,7 +69,7 @@ pub struct Kubelet {
     running: Mutex<HashMap<String, Vec<Running>>>,
     /// With `SandboxOptions::auth`: the authenticator and the server URL; pods then get a
     /// kubeconfig of their own carrying their ServiceAccount's token.
-    pub auth: Option<(Arc<super::auth::Authenticator>, String)>,
+    pub auth: Option<(Arc<super::auth::Authenticator>, super::auth::Endpoint)>,
 }
 
 /// A running container: its process group, and the signal that it is being stopped.
@@ -534,7 +534,7 @@ impl Kubelet {
     /// pod's own with a token for its ServiceAccount (none when the pod or its account
     /// says `automountServiceAccountToken: false`).
     fn pod_kubeconfig(&self, pod: &Value, pod_dir: &Path) -> PathBuf {
-        let Some((authn, server)) = &self.auth else {
+        let Some((authn, endpoint)) = &self.auth else {
             return self.kubeconfig.clone();
         };
         let path = pod_dir.join("kubeconfig");
@@ -558,10 +558,7 @@ impl Kubelet {
             let uid = sa["metadata"]["uid"].as_str().unwrap_or_default();
             authn.issue_service_account(ns, sa_name, uid, None).0
         });
-        let _ = std::fs::write(
-            &path,
-            super::auth::kubeconfig_yaml(server, token.as_deref()),
-        );
+        let _ = std::fs::write(&path, endpoint.kubeconfig(token.as_deref()));
         path
     }
 

@@ -16,10 +16,12 @@ pub(crate) mod controllers;
 pub mod events;
 pub mod faults;
 pub mod ids;
+mod impersonation;
 pub mod kubelet;
 pub mod managed;
 mod openapi;
 pub mod patch;
+pub mod protobuf;
 pub mod rbac;
 pub mod resources;
 pub mod selector;
@@ -27,6 +29,7 @@ mod server;
 pub mod status;
 pub mod store;
 mod tables;
+pub mod tls;
 mod validation;
 pub mod watch;
 pub mod wellknown;
@@ -67,7 +70,9 @@ pub struct SandboxOptions {
     pub port: u16,
     /// Authentication by bearer token and authorization by RBAC (off: anyone may do
     /// anything). On, the kubeconfig carries an admin token (user `admin` in
-    /// `system:masters`) and pods get a token for their ServiceAccount.
+    /// `system:masters`) and pods get a token for their ServiceAccount, and the server
+    /// speaks HTTPS (kubectl sends tokens only over TLS) with a CA made at start, which
+    /// the kubeconfigs carry; plain HTTP keeps working on the same port.
     pub auth: bool,
     /// A client rate limit (QPS, burst) shared by the Job controller, scheduler and garbage
     /// collector, as kube-controller-manager's client has (20, 30). None: unlimited.
@@ -103,6 +108,8 @@ pub enum SandboxError {
     },
     #[error("cannot build a client for the sandbox: {0}")]
     Client(String),
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
 }
 
 /// A running sandbox. Dropping it stops the server, the loops and every pod process.
@@ -115,6 +122,8 @@ pub struct Sandbox {
     pub kubelet: Arc<kubelet::Kubelet>,
     /// The token authenticator, when `SandboxOptions::auth` is on.
     pub auth: Option<Arc<auth::Authenticator>>,
+    /// The CA and certificate of HTTPS, when `SandboxOptions::auth` is on.
+    pub tls: Option<tls::Tls>,
     owns_work_dir: bool,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -154,17 +163,26 @@ impl Sandbox {
             .clone()
             .unwrap_or_else(|| work_dir.join("kubeconfig"));
         let authn = opts.auth.then(|| Arc::new(auth::Authenticator::new()));
+        let tls = if opts.auth {
+            Some(tls::Tls::new()?)
+        } else {
+            None
+        };
+        let endpoint = auth::Endpoint {
+            server: match tls {
+                Some(_) => format!("https://{addr}"),
+                None => format!("http://{addr}"),
+            },
+            ca_data: tls.as_ref().map(tls::Tls::ca_data),
+        };
         let admin_token = authn.as_ref().map(|a| a.admin_token().to_owned());
-        std::fs::write(
-            &kubeconfig,
-            auth::kubeconfig_yaml(&format!("http://{addr}"), admin_token.as_deref()),
-        )
-        .map_err(io_err(&kubeconfig))?;
+        std::fs::write(&kubeconfig, endpoint.kubeconfig(admin_token.as_deref()))
+            .map_err(io_err(&kubeconfig))?;
 
         let api = Arc::new(Api::new(opts.history_window));
         let faults = Arc::new(Faults::default());
         let mut kubelet = kubelet::Kubelet::new(api.clone(), &opts, &work_dir, &kubeconfig);
-        kubelet.auth = authn.clone().map(|a| (a, format!("http://{addr}")));
+        kubelet.auth = authn.clone().map(|a| (a, endpoint.clone()));
         let kubelet = Arc::new(kubelet);
         controllers::bootstrap(&api, &opts.nodes);
         if authn.is_some() {
@@ -176,7 +194,8 @@ impl Sandbox {
             logs: kubelet.logs.clone(),
             auth: authn.clone(),
         });
-        let mut tasks = vec![tokio::spawn(server::serve(listener, shared))];
+        let acceptor = tls.as_ref().map(|t| t.acceptor.clone());
+        let mut tasks = vec![tokio::spawn(server::serve(listener, shared, acceptor))];
         tasks.extend(controllers::spawn_all(api.clone(), &opts));
         tasks.push(tokio::spawn(kubelet.clone().run()));
         Ok(Sandbox {
@@ -187,24 +206,39 @@ impl Sandbox {
             work_dir,
             kubelet,
             auth: authn,
+            tls,
             owns_work_dir,
             tasks,
         })
     }
 
+    /// Plain HTTP, which the sandbox always answers (also with auth on, for test clients
+    /// that send a token without checking the server's certificate).
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
-    /// A kube client for the sandbox, as a controller outside it would have.
+    /// The URL the kubeconfigs name: HTTPS when auth is on, else plain HTTP.
+    pub fn server_url(&self) -> String {
+        match self.tls {
+            Some(_) => format!("https://{}", self.addr),
+            None => self.url(),
+        }
+    }
+
+    /// A kube client for the sandbox, as a controller outside it would have: over HTTPS
+    /// trusting the sandbox's CA, with the admin token, when auth is on.
     pub fn client(&self) -> Result<kube::Client, SandboxError> {
         let uri: hyper::Uri = self
-            .url()
+            .server_url()
             .parse()
             .map_err(|e| SandboxError::Client(format!("{e}")))?;
         let mut config = kube::Config::new(uri);
         config.default_namespace = "default".into();
         config.read_timeout = Some(Duration::from_secs(300));
+        if let Some(t) = &self.tls {
+            config.root_cert = Some(vec![t.ca_der.clone()]);
+        }
         if let Some(a) = &self.auth {
             config.auth_info =
                 serde_json::from_value(serde_json::json!({"token": a.admin_token()}))

@@ -165,10 +165,12 @@ pub fn authorize(api: &Api, user: &UserInfo, a: &Attributes) -> Decision {
     if authenticated {
         let default_ok = if a.resource_request {
             a.verb == "create"
-                && a.api_group == "authorization.k8s.io"
                 && matches!(
-                    a.resource.as_str(),
-                    "selfsubjectaccessreviews" | "selfsubjectrulesreviews"
+                    (a.api_group.as_str(), a.resource.as_str()),
+                    (
+                        "authorization.k8s.io",
+                        "selfsubjectaccessreviews" | "selfsubjectrulesreviews"
+                    ) | ("authentication.k8s.io", "selfsubjectreviews")
                 )
         } else {
             a.verb == "get" && path_matches(DEFAULT_PATHS, &a.path)

@@ -207,6 +207,18 @@ pub static RESOURCES: &[Resource] = &[
     },
     r("coordination.k8s.io", "leases", "lease", "Lease", true),
     Resource {
+        short_names: &["pdb"],
+        status: true,
+        generation: true,
+        ..r(
+            "policy",
+            "poddisruptionbudgets",
+            "poddisruptionbudget",
+            "PodDisruptionBudget",
+            true,
+        )
+    },
+    Resource {
         short_names: &["deploy"],
         categories: &["all"],
         status: true,
@@ -256,6 +268,16 @@ pub static RESOURCES: &[Resource] = &[
         "ClusterRoleBinding",
         false,
     ),
+    Resource {
+        create_only: true,
+        ..r(
+            "authentication.k8s.io",
+            "selfsubjectreviews",
+            "selfsubjectreview",
+            "SelfSubjectReview",
+            false,
+        )
+    },
     Resource {
         create_only: true,
         ..r(

@@ -1,6 +1,7 @@
 //! The HTTP front end: Kubernetes REST paths, query parameters, content types and status
 //! codes, over the API verbs. Plain HTTP on 127.0.0.1; no authentication unless
-//! `SandboxOptions::auth` (bearer tokens and RBAC, see `auth` and `rbac`).
+//! `SandboxOptions::auth` (bearer tokens, impersonation and RBAC, see `auth`,
+//! `impersonation` and `rbac`), which also brings HTTPS on the same port (see `tls`).
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -17,10 +18,12 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
 
 use super::api::{Api, DeleteOpts, ListOpts, WriteCtx};
 use super::faults::{Fault, Faults};
 use super::kubelet::PodLogs;
+use super::protobuf;
 use super::resources::{self, Rid};
 use super::selector::{FieldSelector, LabelSelector};
 use super::status::{ApiError, ApiResult};
@@ -38,25 +41,44 @@ pub struct Shared {
     pub auth: Option<Arc<super::auth::Authenticator>>,
 }
 
-/// Serves connections until the listener's task is dropped.
-pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
+/// Serves connections until the listener's task is dropped. With an acceptor, a
+/// connection whose first byte starts a TLS handshake is served over TLS.
+pub async fn serve(listener: TcpListener, shared: Arc<Shared>, tls: Option<TlsAcceptor>) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
         let _ = stream.set_nodelay(true);
         let shared = shared.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let shared = shared.clone();
-                async move { Ok::<_, Infallible>(handle(shared, req).await) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .keep_alive(true)
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+            let mut first = [0u8; 1];
+            let handshake =
+                matches!(stream.peek(&mut first).await, Ok(1)) && first[0] == super::tls::HANDSHAKE;
+            match tls {
+                Some(acceptor) if handshake => {
+                    if let Ok(stream) = acceptor.accept(stream).await {
+                        serve_connection(stream, shared).await;
+                    }
+                }
+                _ => serve_connection(stream, shared).await,
+            }
         });
     }
+}
+
+async fn serve_connection<I>(io: I, shared: Arc<Shared>)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |req| {
+        let shared = shared.clone();
+        async move { Ok::<_, Infallible>(handle(shared, req).await) }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .keep_alive(true)
+        .serve_connection(TokioIo::new(io), service)
+        .await;
 }
 
 fn full(code: u16, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
@@ -192,6 +214,20 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
             let Some(user) = authn.authenticate(&shared.api, &header(&req, "authorization")) else {
                 return error_response(&super::auth::unauthorized());
             };
+            let groups: Vec<String> = req
+                .headers()
+                .get_all("impersonate-group")
+                .iter()
+                .filter_map(|v| v.to_str().ok().map(str::to_owned))
+                .collect();
+            let impersonated = req
+                .headers()
+                .get("impersonate-user")
+                .and_then(|v| v.to_str().ok());
+            let user = match super::impersonation::apply(&shared.api, user, impersonated, &groups) {
+                Ok(u) => u,
+                Err(e) => return error_response(&e),
+            };
             let a =
                 super::rbac::request_attributes(req.method().as_str(), &path, req.uri().query());
             let d = super::rbac::authorize(&shared.api, &user, &a);
@@ -224,6 +260,15 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
             Some(v) => json_response(200, &v),
             None => error_response(&ApiError::unknown_resource()),
         },
+        Route::OpenApi(rest) if rest == "v2" && protobuf::openapi_v2::wanted(&accept) => full(
+            200,
+            protobuf::openapi_v2::CONTENT_TYPE,
+            protobuf::openapi_v2::document(
+                resources::version()["gitVersion"]
+                    .as_str()
+                    .unwrap_or_default(),
+            ),
+        ),
         Route::OpenApi(rest) => match super::openapi::document(&rest) {
             Some(v) => json_response(200, &v),
             None => error_response(&ApiError::unknown_resource()),
@@ -255,22 +300,34 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
                 manager_given: q.contains_key("fieldManager"),
                 apply: false,
             };
-            let content_type = header(&req, "content-type");
-            // Protobuf is not spoken here; 415 makes client-go fall back to JSON.
-            if (content_type.contains("protobuf") || content_type.contains("cbor"))
-                && !r.create_only
-            {
-                return error_response(
-                    &ApiError::new(415, Some("UnsupportedMediaType"), format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/apply-patch+yaml, application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json; got {content_type}"))
-                        .with_details(json!({})),
-                );
+            let mut content_type = header(&req, "content-type");
+            // CBOR is not spoken here; 415 makes client-go fall back to JSON.
+            if content_type.contains("cbor") && !r.create_only {
+                return error_response(&unsupported_media_type(&format!(
+                    "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf, application/apply-patch+yaml, application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json; got {content_type}"
+                )));
             }
             let method = req.method().clone();
-            let body = match req.into_body().collect().await {
+            let mut body = match req.into_body().collect().await {
                 Ok(b) => b.to_bytes(),
                 Err(_) => Bytes::new(),
             };
+            // Protobuf bodies become the JSON the rest of the server reads.
+            if protobuf::is_protobuf(&content_type) {
+                match protobuf::decode(&body) {
+                    Ok(v) => {
+                        body = Bytes::from(v.to_string());
+                        content_type = "application/json".into();
+                    }
+                    Err(e) => return error_response(&unsupported_media_type(&e.to_string())),
+                }
+            }
             let ns = ns.unwrap_or_default();
+            if method == Method::POST && r.plural == "selfsubjectreviews" {
+                // Without auth, everyone may do everything: as the admin would.
+                let who = user.clone().unwrap_or_else(super::auth::UserInfo::admin);
+                return json_response(201, &super::auth::self_subject_review(&who));
+            }
             if let Some(user) = &user
                 && method == Method::POST
                 && r.plural == "selfsubjectaccessreviews"
@@ -298,6 +355,10 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
             }
         }
     }
+}
+
+fn unsupported_media_type(message: &str) -> ApiError {
+    ApiError::new(415, Some("UnsupportedMediaType"), message).with_details(json!({}))
 }
 
 fn discovery_response(v: Value) -> Response<Body> {

@@ -1,7 +1,7 @@
 //! Authentication by bearer token and authorization by RBAC (`SandboxOptions::auth`).
 //!
-//! Not tested with kubectl: client-go sends credentials only over TLS, and the sandbox
-//! serves plain HTTP, so kubectl talks to an auth-enabled sandbox as an anonymous user.
+//! Through kube-rs clients; kubectl over HTTPS (`auth can-i`, impersonation, tokens) is
+//! in `sandbox_https.rs`.
 
 mod common;
 
@@ -453,7 +453,8 @@ async fn pods_get_their_service_account_token_unless_automount_is_off() {
     let with_token = read("with-token").await;
     let token = token_in(&with_token).expect("a token");
     assert_ne!(token, sb.auth.as_ref().unwrap().admin_token());
-    assert!(with_token.contains(&format!("server: {}", sb.url())));
+    assert!(with_token.contains(&format!("server: {}", sb.server_url())));
+    assert!(with_token.contains("certificate-authority-data: "));
     // The pod's token is its ServiceAccount's: it may read configmaps, not write them.
     let cms: Api<ConfigMap> = Api::namespaced(client_with(&sb, Some(&token)), "default");
     cms.list(&ListParams::default()).await.unwrap();

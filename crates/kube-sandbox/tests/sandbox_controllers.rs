@@ -115,6 +115,37 @@ async fn job_success_conditions_pods_and_events() {
     );
 }
 
+/// Conformance: a Job fails for its `activeDeadlineSeconds` at or after the deadline, never
+/// before, although the stored `startTime` has whole seconds (`real-k8s-1.36.2.json`,
+/// probe `job-deadline`, observation `job.failed_after`: "at or after the deadline").
+#[tokio::test]
+async fn a_job_never_fails_before_its_deadline() {
+    let sb = start().await;
+    let jobs: Api<Job> = Api::namespaced(sb.client().unwrap(), "default");
+    // Jobs started at different fractions of a second: a deadline timed from the stored,
+    // truncated startTime would fire early for some of them.
+    let mut created = Vec::new();
+    for i in 0..4 {
+        let name = format!("deadline-{i}");
+        created.push((name.clone(), std::time::Instant::now()));
+        create_job(&jobs, &name, "sleep", json!({"activeDeadlineSeconds": 2})).await;
+        tokio::time::sleep(std::time::Duration::from_millis(230)).await;
+    }
+    for (name, at) in created {
+        let conds = finished(&jobs, &name).await;
+        let took = at.elapsed();
+        assert_eq!(
+            conds.last().map(|c| c.1.as_str()),
+            Some("DeadlineExceeded"),
+            "{name}"
+        );
+        assert!(
+            took >= std::time::Duration::from_secs(2),
+            "{name} failed after {took:?}, before its 2 s deadline"
+        );
+    }
+}
+
 #[tokio::test]
 async fn job_backoff_limit_deadline_and_pod_failure_policy() {
     let sb = start().await;

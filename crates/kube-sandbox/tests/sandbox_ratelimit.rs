@@ -92,3 +92,65 @@ async fn no_limit_by_default() {
     let (unlimited, _sb) = run_jobs(options()).await;
     assert!(unlimited < Duration::from_secs(30), "took {unlimited:?}");
 }
+
+const CLAIMS: usize = 8;
+
+/// Binds CLAIMS claims to as many matching volumes (no provisioner: the PV controller
+/// alone does the work); returns how long until every claim is Bound.
+async fn bind_claims(opts: SandboxOptions) -> Duration {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    let sb = Sandbox::start(opts).await.expect("sandbox starts");
+    let client = sb.client().unwrap();
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client, "default");
+    let start = Instant::now();
+    for i in 0..CLAIMS {
+        let pv: PersistentVolume = serde_json::from_value(json!({
+            "metadata": {"name": format!("pv{i}")},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "manual", "hostPath": {"path": format!("/tmp/pv{i}")}},
+        }))
+        .unwrap();
+        volumes.create(&PostParams::default(), &pv).await.unwrap();
+        let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+            "metadata": {"name": format!("c{i}")},
+            "spec": {"storageClassName": "manual", "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}}},
+        }))
+        .unwrap();
+        claims.create(&PostParams::default(), &claim).await.unwrap();
+    }
+    eventually(120, "every claim to bind", || async {
+        let asked = Instant::now();
+        let list = claims.list(&ListParams::default()).await.ok()?;
+        assert!(
+            asked.elapsed() < Duration::from_secs(2),
+            "API server held up"
+        );
+        let bound = list
+            .items
+            .iter()
+            .filter(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
+            .count();
+        (bound == CLAIMS).then_some(())
+    })
+    .await;
+    start.elapsed()
+}
+
+#[tokio::test]
+async fn the_pv_controller_waits_for_its_own_bucket() {
+    // Each binding takes at least four writes (the volume's claimRef and phase, the claim's
+    // volumeName and phase): 8 bindings at 10 writes/s with a burst of 1 take over 3 s.
+    let limited = bind_claims(SandboxOptions {
+        controller_qps: Some((10.0, 1)),
+        ..options()
+    })
+    .await;
+    assert!(limited >= Duration::from_secs(3), "took only {limited:?}");
+    let unlimited = bind_claims(options()).await;
+    assert!(
+        unlimited < Duration::from_secs(2),
+        "without a limit the same bindings took {unlimited:?}"
+    );
+}

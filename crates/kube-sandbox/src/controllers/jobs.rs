@@ -25,6 +25,10 @@ struct Jobs {
     throttle: Throttle,
     /// When each job last saw a pod fail, to delay the replacement.
     last_failure: HashMap<String, (usize, Instant)>,
+    /// Per Job uid, when this controller set its `startTime`, to the instant. The stored
+    /// `startTime` has whole seconds; the real controller times `activeDeadlineSeconds`
+    /// from its own clock reading (its requeue), so a Job never fails up to a second early.
+    started: HashMap<String, Instant>,
 }
 
 fn condition_true(job: &Value, type_: &str) -> bool {
@@ -300,6 +304,7 @@ impl Jobs {
             return;
         }
         if job["status"]["startTime"].is_null() {
+            self.started.insert(uid_of(job).to_owned(), Instant::now());
             self.write_status(api, job, |j| j["status"]["startTime"] = json!(ids::now()))
                 .await;
         }
@@ -332,8 +337,11 @@ impl Jobs {
         let completions = job["spec"]["completions"].as_u64().unwrap_or(1) as usize;
         let backoff_limit = job["spec"]["backoffLimit"].as_u64().unwrap_or(6) as usize;
         let deadline = job["spec"]["activeDeadlineSeconds"].as_f64();
-        let started = ids::seconds_since(job["status"]["startTime"].as_str().unwrap_or_default())
-            .unwrap_or(0.0);
+        let started = match self.started.get(&uid) {
+            Some(at) => at.elapsed().as_secs_f64(),
+            None => ids::seconds_since(job["status"]["startTime"].as_str().unwrap_or_default())
+                .unwrap_or(0.0),
+        };
         let counted_failed = failed;
         self.write_status(api, job, |j| {
             let s = &mut j["status"];
@@ -440,6 +448,7 @@ pub async fn run(api: Arc<Api>, base_backoff: Duration, throttle: Throttle) {
         base_backoff,
         throttle,
         last_failure: HashMap::new(),
+        started: HashMap::new(),
     };
     let interests = vec![jobs.jobs, jobs.pods];
     let mut feed = Feed::new(&api, interests, Duration::from_millis(250));
@@ -495,6 +504,7 @@ pub async fn run(api: Arc<Api>, base_backoff: Duration, throttle: Throttle) {
                 jobs.release_pod(api, p).await;
             }
             jobs.last_failure.retain(|k, _| live.contains(k));
+            jobs.started.retain(|k, _| live.contains(k));
         }
     }
 }

@@ -146,6 +146,33 @@ impl TokenBucket {
         }
     }
 
+    /// Takes a token if one is there now; never waits, never goes into debt.
+    pub fn try_acquire(&self) -> bool {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let now = tokio::time::Instant::now();
+        let refill = now.duration_since(s.1).as_secs_f64() * self.qps;
+        s.0 = (s.0 + refill).min(self.burst);
+        s.1 = now;
+        if s.0 >= 1.0 {
+            s.0 -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Waits until a token is there, without taking it.
+    pub async fn ready(&self) {
+        let wait = {
+            let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let tokens = s.0 + s.1.elapsed().as_secs_f64() * self.qps;
+            Duration::from_secs_f64(((1.0 - tokens) / self.qps).max(0.0))
+        };
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+    }
+
     /// Waits for a token.
     pub async fn acquire(&self) {
         let wait = {
@@ -180,6 +207,18 @@ impl Throttle {
     pub async fn wait(&self) {
         if let Some(b) = &self.0 {
             b.acquire().await;
+        }
+    }
+
+    /// Takes the right to make one write now, if there is one (always, unlimited).
+    pub fn try_take(&self) -> bool {
+        self.0.as_ref().is_none_or(|b| b.try_acquire())
+    }
+
+    /// Waits until `try_take` would succeed.
+    pub async fn ready(&self) {
+        if let Some(b) = &self.0 {
+            b.ready().await;
         }
     }
 
@@ -328,10 +367,13 @@ pub fn bootstrap(api: &Api, nodes: &[String]) {
 pub fn spawn_all(api: Arc<Api>, opts: &SandboxOptions) -> Vec<JoinHandle<()>> {
     // One bucket: the Job controller, scheduler and collector share one client.
     let throttle = Throttle::new(opts.controller_qps);
+    // The PV controller has a client (and so a limit) of its own, as in
+    // kube-controller-manager, where each controller gets its own client.
+    let pv_throttle = Throttle::new(opts.controller_qps);
     vec![
         tokio::spawn(namespaces::run(api.clone())),
         tokio::spawn(gc::run(api.clone(), throttle.clone())),
-        tokio::spawn(pv::run(api.clone())),
+        tokio::spawn(pv::run(api.clone(), pv_throttle)),
         tokio::spawn(scheduler::run(api.clone(), throttle.clone())),
         tokio::spawn(jobs::run(api, opts.pod_backoff, throttle)),
     ]
@@ -382,6 +424,23 @@ mod tests {
         );
         let ones = events.iter().filter(|e| e["count"] == 1).count();
         assert_eq!(ones, 5);
+    }
+
+    #[tokio::test]
+    async fn token_bucket_try_acquire_never_waits_nor_borrows() {
+        let bucket = TokenBucket::new(20.0, 2);
+        assert!(bucket.try_acquire());
+        assert!(bucket.try_acquire());
+        assert!(!bucket.try_acquire(), "the burst is spent");
+        let start = tokio::time::Instant::now();
+        bucket.ready().await;
+        let waited = start.elapsed();
+        // One token at 20/s: about 50 ms.
+        assert!(waited >= Duration::from_millis(40), "{waited:?}");
+        assert!(waited < Duration::from_secs(1), "{waited:?}");
+        assert!(bucket.try_acquire());
+        assert!(!bucket.try_acquire());
+        assert!(Throttle::new(None).try_take(), "no limit: always");
     }
 
     #[tokio::test]

@@ -9,6 +9,12 @@
 //! `claimRef` without a uid (pre-bound by name) waits for its claim, Available. Events about
 //! pending claims repeat on every sync, as the real controller's do, aggregated into one
 //! Event whose `count` grows, as client-go's event recorder does.
+//!
+//! With `SandboxOptions::controller_qps`, its writes go through a client rate limit of
+//! its own (each kube-controller-manager controller has its own client). The loop is
+//! synchronous, so a write the limit holds back is not waited for in place: it is skipped,
+//! and the loop syncs everything again once a token is due, as the real controller's
+//! requeue reaches the object again.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -16,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{is_deleting, name_of, ns_of, record_event, rid, uid_of};
+use super::{Feed, Throttle, is_deleting, name_of, ns_of, record_event, rid, uid_of};
 use crate::api::{Api, DeleteOpts};
 use crate::store::Write;
 use crate::wellknown::{
@@ -41,6 +47,9 @@ struct Pv {
     /// resourceVersion then. This loop resyncs every tick; the real one every 15 s or on a
     /// change to the claim, which is when an event is due again.
     synced: HashMap<String, (Instant, String)>,
+    throttle: Throttle,
+    /// A write was held back by the rate limit: sync again when a token is due.
+    deferred: std::cell::Cell<bool>,
 }
 
 /// What the Delete reclaim policy does with a released volume.
@@ -107,12 +116,22 @@ impl Pv {
             Some((at, seen)) => seen != rv || at.elapsed() >= RESYNC,
             None => true,
         };
-        if due {
+        if due && self.may_write() {
             self.synced
                 .insert(uid_of(claim).to_owned(), (Instant::now(), rv.to_owned()));
             // record_event folds a repeat into the existing Event (its count grows).
             record_event(api, claim, type_, reason, message, COMPONENT);
         }
+    }
+
+    /// Whether one write may go now under the rate limit; when not, the loop syncs again
+    /// once a token is due.
+    fn may_write(&self) -> bool {
+        let ok = self.throttle.try_take();
+        if !ok {
+            self.deferred.set(true);
+        }
+        ok
     }
 
     /// Forgets what it keeps about claims that are no longer pending.
@@ -134,7 +153,7 @@ impl Pv {
                 return Ok(Write::Unchanged(Value::Null));
             };
             let mut next = cur.clone();
-            if f(&mut next) && next != *cur {
+            if f(&mut next) && next != *cur && self.may_write() {
                 if is_deleting(&next)
                     && next["metadata"]["finalizers"]
                         .as_array()
@@ -183,6 +202,8 @@ impl Pv {
             r.is_null()
                 || (r["name"].as_str() == Some(&name) && r["namespace"].as_str() == Some(&ns))
         });
+        // As the real index does, even a volume pre-bound to the claim must be big enough
+        // and have its access and volume modes (its class is not checked).
         let prebound = volumes.iter().find(|pv| {
             pv["spec"]["claimRef"]["name"].as_str() == Some(&name)
                 && pv["spec"]["claimRef"]["namespace"].as_str() == Some(&ns)
@@ -190,13 +211,20 @@ impl Pv {
                     .as_str()
                     .is_none_or(|u| u == uid_of(claim))
                 && !is_deleting(pv)
+                && satisfies(claim, pv)
         });
         if let Some(pv) = prebound {
             let pv = pv.clone();
             self.bind(api, claim, &pv, false);
             return;
         }
-        if let Some(pv) = best_match(claim, &volumes, &class) {
+        // WaitForFirstConsumer: free volumes are matched by the scheduler with the pod's
+        // node in view, never here (the real index skips them when binding is delayed).
+        let delayed = api
+            .store
+            .get(self.classes, "", &class)
+            .is_some_and(|sc| sc["volumeBindingMode"].as_str() == Some("WaitForFirstConsumer"));
+        if !delayed && let Some(pv) = best_match(claim, &volumes, &class) {
             self.bind(api, claim, &pv, true);
             return;
         }
@@ -435,7 +463,9 @@ impl Pv {
                 return;
             }
             self.set_phase(api, pv, "Failed", message);
-            if let Some(v) = api.store.get(self.volumes, "", &name) {
+            if let Some(v) = api.store.get(self.volumes, "", &name)
+                && self.may_write()
+            {
                 record_event(api, &v, "Warning", reason, message, COMPONENT);
             }
         };
@@ -461,7 +491,9 @@ impl Pv {
                         precondition_uid: Some(uid_of(pv).to_owned()),
                         ..Default::default()
                     };
-                    let _ = api.delete(self.volumes, "", &name, &opts);
+                    if self.may_write() {
+                        let _ = api.delete(self.volumes, "", &name, &opts);
+                    }
                 }
             },
             _ => {
@@ -494,28 +526,33 @@ fn request_bytes(claim: &Value) -> u64 {
         .map_or(0, |b| b.0)
 }
 
+/// Whether a volume has the claim's size, access modes and volume mode.
+fn satisfies(claim: &Value, pv: &Value) -> bool {
+    let mode = claim["spec"]["volumeMode"].as_str().unwrap_or("Filesystem");
+    let have = pv["spec"]["accessModes"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let modes_ok = claim["spec"]["accessModes"]
+        .as_array()
+        .is_none_or(|want| want.iter().all(|m| have.contains(m)));
+    let size_ok = pv["spec"]["capacity"]["storage"]
+        .as_str()
+        .and_then(|s| parse_bytes(s).ok())
+        .is_some_and(|b| b.0 >= request_bytes(claim));
+    modes_ok && size_ok && pv["spec"]["volumeMode"].as_str().unwrap_or("Filesystem") == mode
+}
+
 /// The smallest Available volume of the class that satisfies size, modes and volume mode.
 fn best_match(claim: &Value, volumes: &[Value], class: &str) -> Option<Value> {
     let want = request_bytes(claim);
-    let modes: Vec<&Value> = claim["spec"]["accessModes"]
-        .as_array()
-        .map(|a| a.iter().collect())
-        .unwrap_or_default();
-    let mode = claim["spec"]["volumeMode"].as_str().unwrap_or("Filesystem");
     volumes
         .iter()
         .filter(|pv| {
             phase(pv) == "Available" && pv["spec"]["claimRef"].is_null() && !is_deleting(pv)
         })
         .filter(|pv| pv["spec"]["storageClassName"].as_str().unwrap_or_default() == class)
-        .filter(|pv| pv["spec"]["volumeMode"].as_str().unwrap_or("Filesystem") == mode)
-        .filter(|pv| {
-            let have = pv["spec"]["accessModes"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            modes.iter().all(|m| have.contains(m))
-        })
+        .filter(|pv| satisfies(claim, pv))
         .filter_map(|pv| {
             let size = pv["spec"]["capacity"]["storage"]
                 .as_str()
@@ -527,102 +564,112 @@ fn best_match(claim: &Value, volumes: &[Value], class: &str) -> Option<Value> {
         .map(|(_, pv)| pv.clone())
 }
 
-pub async fn run(api: Arc<Api>) {
+impl Pv {
+    /// Syncs what a batch of changes touches; everything for an empty batch.
+    fn reconcile(&mut self, api: &Api, changes: &[Arc<crate::store::Change>]) {
+        // Pods matter only when they use claims (pvc-protection, consumers).
+        let uses_claims = |v: &Value| {
+            v["spec"]["volumes"]
+                .as_array()
+                .is_some_and(|vs| vs.iter().any(|x| x.get("persistentVolumeClaim").is_some()))
+        };
+        let full = changes.is_empty() || changes.iter().any(|c| c.rid == self.classes);
+        if full {
+            let (volumes, _) = api.store.list(self.volumes, None, |_| true);
+            for v in &volumes {
+                self.sync_volume(api, v);
+            }
+            let (claims, _) = api
+                .store
+                .list(self.claims, None, |c| phase(c) != "Bound" || is_deleting(c));
+            for c in &claims {
+                self.sync_claim(api, c);
+            }
+            self.forget_except(&claims.iter().map(uid_of).collect());
+            return;
+        }
+        // A batch touches few objects: sync those, and what they name, rather than
+        // everything (a populated cluster holds tens of thousands of volumes).
+        let mut claim_keys: Vec<(String, String)> = Vec::new();
+        let mut volume_names: Vec<String> = Vec::new();
+        let mut free_volume = false;
+        for c in changes {
+            let o = &c.object;
+            let deleted = c.event == crate::store::EventType::Deleted;
+            if c.rid == self.claims {
+                if deleted {
+                    // A claim that went away releases the volumes bound to it.
+                    let (bound, _) = api.store.list(self.volumes, None, |v| {
+                        v["spec"]["claimRef"]["uid"].as_str() == Some(uid_of(o))
+                    });
+                    volume_names.extend(bound.iter().map(|v| name_of(v).to_owned()));
+                } else {
+                    claim_keys.push((ns_of(o).to_owned(), name_of(o).to_owned()));
+                }
+            } else if c.rid == self.volumes {
+                if !deleted {
+                    volume_names.push(name_of(o).to_owned());
+                }
+                let r = &o["spec"]["claimRef"];
+                match (r["namespace"].as_str(), r["name"].as_str()) {
+                    (Some(ns), Some(name)) => claim_keys.push((ns.to_owned(), name.to_owned())),
+                    _ => free_volume = !deleted,
+                }
+            } else if c.rid == self.pods && uses_claims(o) {
+                for v in o["spec"]["volumes"].as_array().into_iter().flatten() {
+                    if let Some(name) = v["persistentVolumeClaim"]["claimName"].as_str() {
+                        claim_keys.push((ns_of(o).to_owned(), name.to_owned()));
+                    }
+                }
+            }
+        }
+        volume_names.sort();
+        volume_names.dedup();
+        for name in &volume_names {
+            if let Some(v) = api.store.get(self.volumes, "", name) {
+                self.sync_volume(api, &v);
+            }
+        }
+        if free_volume {
+            // A new free volume may match any unbound claim.
+            let (claims, _) = api.store.list(self.claims, None, |c| phase(c) != "Bound");
+            claim_keys.extend(
+                claims
+                    .iter()
+                    .map(|c| (ns_of(c).to_owned(), name_of(c).to_owned())),
+            );
+        }
+        claim_keys.sort();
+        claim_keys.dedup();
+        for (ns, name) in &claim_keys {
+            if let Some(c) = api.store.get(self.claims, ns, name)
+                && (phase(&c) != "Bound" || is_deleting(&c))
+            {
+                self.sync_claim(api, &c);
+            }
+        }
+    }
+}
+
+pub async fn run(api: Arc<Api>, throttle: Throttle) {
     let mut pv = Pv {
         claims: rid("", "persistentvolumeclaims"),
         volumes: rid("", "persistentvolumes"),
         classes: rid("storage.k8s.io", "storageclasses"),
         pods: rid("", "pods"),
         synced: HashMap::new(),
+        throttle,
+        deferred: std::cell::Cell::new(false),
     };
     let interests = vec![pv.claims, pv.volumes, pv.classes, pv.pods];
-    super::run_loop(
-        api,
-        interests,
-        Duration::from_secs(2),
-        move |api, changes| {
-            // Pods matter only when they use claims (pvc-protection, consumers).
-            let uses_claims = |v: &Value| {
-                v["spec"]["volumes"]
-                    .as_array()
-                    .is_some_and(|vs| vs.iter().any(|x| x.get("persistentVolumeClaim").is_some()))
-            };
-            let full = changes.is_empty() || changes.iter().any(|c| c.rid == pv.classes);
-            if full {
-                let (volumes, _) = api.store.list(pv.volumes, None, |_| true);
-                for v in &volumes {
-                    pv.sync_volume(api, v);
-                }
-                let (claims, _) = api
-                    .store
-                    .list(pv.claims, None, |c| phase(c) != "Bound" || is_deleting(c));
-                for c in &claims {
-                    pv.sync_claim(api, c);
-                }
-                pv.forget_except(&claims.iter().map(uid_of).collect());
-                return;
-            }
-            // A batch touches few objects: sync those, and what they name, rather than
-            // everything (a populated cluster holds tens of thousands of volumes).
-            let mut claim_keys: Vec<(String, String)> = Vec::new();
-            let mut volume_names: Vec<String> = Vec::new();
-            let mut free_volume = false;
-            for c in changes {
-                let o = &c.object;
-                let deleted = c.event == crate::store::EventType::Deleted;
-                if c.rid == pv.claims {
-                    if deleted {
-                        // A claim that went away releases the volumes bound to it.
-                        let (bound, _) = api.store.list(pv.volumes, None, |v| {
-                            v["spec"]["claimRef"]["uid"].as_str() == Some(uid_of(o))
-                        });
-                        volume_names.extend(bound.iter().map(|v| name_of(v).to_owned()));
-                    } else {
-                        claim_keys.push((ns_of(o).to_owned(), name_of(o).to_owned()));
-                    }
-                } else if c.rid == pv.volumes {
-                    if !deleted {
-                        volume_names.push(name_of(o).to_owned());
-                    }
-                    let r = &o["spec"]["claimRef"];
-                    match (r["namespace"].as_str(), r["name"].as_str()) {
-                        (Some(ns), Some(name)) => claim_keys.push((ns.to_owned(), name.to_owned())),
-                        _ => free_volume = !deleted,
-                    }
-                } else if c.rid == pv.pods && uses_claims(o) {
-                    for v in o["spec"]["volumes"].as_array().into_iter().flatten() {
-                        if let Some(name) = v["persistentVolumeClaim"]["claimName"].as_str() {
-                            claim_keys.push((ns_of(o).to_owned(), name.to_owned()));
-                        }
-                    }
-                }
-            }
-            volume_names.sort();
-            volume_names.dedup();
-            for name in &volume_names {
-                if let Some(v) = api.store.get(pv.volumes, "", name) {
-                    pv.sync_volume(api, &v);
-                }
-            }
-            if free_volume {
-                // A new free volume may match any unbound claim.
-                let (claims, _) = api.store.list(pv.claims, None, |c| phase(c) != "Bound");
-                claim_keys.extend(
-                    claims
-                        .iter()
-                        .map(|c| (ns_of(c).to_owned(), name_of(c).to_owned())),
-                );
-            }
-            claim_keys.sort();
-            claim_keys.dedup();
-            for (ns, name) in &claim_keys {
-                if let Some(c) = api.store.get(pv.claims, ns, name)
-                    && (phase(&c) != "Bound" || is_deleting(&c))
-                {
-                    pv.sync_claim(api, &c);
-                }
-            }
-        },
-    )
-    .await;
+    let mut feed = Feed::new(&api, interests, Duration::from_secs(2));
+    loop {
+        let batch = feed.next().await;
+        pv.reconcile(&api, &batch);
+        // Writes the rate limit held back: a full sync once a token is due reaches them.
+        while pv.deferred.replace(false) {
+            pv.throttle.ready().await;
+            pv.reconcile(&api, &[]);
+        }
+    }
 }
