@@ -1,0 +1,903 @@
+//! The shipped images on a hostile filesystem (issue #13): symbolic links planted below the
+//! base, control characters in parameters, archives of one volume in the same second, and
+//! lvm-kubectl's validation. The real entrypoints run through the sandbox's pod runner:
+//! as bare pods with the env a Job's pod gets (so each case sets exactly the value under
+//! test), and end to end through the controller with the shipped example ConfigMaps.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::{Path, PathBuf};
+
+use common::provisioning::{
+    bound, controller_with, options, sandbox, sandbox_with, storage_dir, wait_event,
+};
+use common::sandbox::eventually;
+use flex_provisioner::sandbox::Sandbox;
+use flex_provisioner::sandbox_cmd::apply_files;
+use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use serde_json::{Value, json};
+
+/// The node bare pods run on.
+const NODE: &str = "node-a";
+/// hostpath's base in `configmaps/hostpath.yaml`, as a node path.
+const BASE: &str = "/var/lib/flex-provisioner/volumes";
+const EXAMPLE_NS: &str = "flex-provisioner";
+const PV: &str = "pvc-0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d";
+
+/// What a finished pod reported.
+#[derive(Debug)]
+struct Outcome {
+    code: i32,
+    message: String,
+    log: String,
+}
+
+/// Runs `image` as a bare pod on [`NODE`] with `env`, the export of nfs-subdir's example
+/// mounted at /export when `nfs`, and waits until it has finished.
+async fn run_image(
+    sb: &Sandbox,
+    pod: &str,
+    image: &str,
+    env: &[(&str, &str)],
+    nfs: bool,
+) -> Outcome {
+    let env: Vec<Value> = env
+        .iter()
+        .map(|(k, v)| json!({"name": k, "value": v}))
+        .collect();
+    let mut container = json!({"name": "c", "image": image, "env": env});
+    let mut spec = json!({"nodeName": NODE, "restartPolicy": "Never"});
+    if nfs {
+        container["volumeMounts"] = json!([{"name": "export", "mountPath": "/export"}]);
+        spec["volumes"] = json!([{"name": "export",
+            "nfs": {"server": "nfs.storage.example.com", "path": "/exports/k8s"}}]);
+    }
+    spec["containers"] = json!([container]);
+    let pods: Api<Pod> = Api::namespaced(sb.client().unwrap(), "default");
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": pod}, "spec": spec})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let status = eventually(60, &format!("pod {pod} to finish"), || async {
+        let s = pods.get(pod).await.ok()?.status?;
+        matches!(s.phase.as_deref(), Some("Succeeded" | "Failed")).then_some(s)
+    })
+    .await;
+    let term = status.container_statuses.unwrap()[0]
+        .state
+        .clone()
+        .unwrap()
+        .terminated
+        .unwrap();
+    Outcome {
+        code: term.exit_code,
+        message: term.message.unwrap_or_default(),
+        log: sb.kubelet.logs.get("default", pod),
+    }
+}
+
+/// The hostpath image's env for `action` on `directory`.
+fn hostpath_env<'a>(action: &'a str, directory: &'a str) -> Vec<(&'a str, &'a str)> {
+    vec![
+        ("ACTION", action),
+        ("BASE_PATH", BASE),
+        ("DIRECTORY", directory),
+        ("PV_TYPE", "local"),
+        ("PV_NAME", PV),
+        ("SELECTED_NODE", NODE),
+    ]
+}
+
+/// The nfs-subdir image's env for `action` on `subdir`, as `configmaps/nfs-subdir.yaml`.
+fn nfs_env<'a>(action: &'a str, subdir: &'a str, on_delete: &'a str) -> Vec<(&'a str, &'a str)> {
+    vec![
+        ("ACTION", action),
+        ("NFS_SERVER", "nfs.storage.example.com"),
+        ("NFS_EXPORT", "/exports/k8s"),
+        ("EXPORT_ROOT", "/export"),
+        ("SUBDIR", subdir),
+        ("ON_DELETE", on_delete),
+        ("PV_NAME", PV),
+    ]
+}
+
+/// `env` with `key` set to `value`.
+fn with<'a>(
+    mut env: Vec<(&'a str, &'a str)>,
+    key: &'a str,
+    value: &'a str,
+) -> Vec<(&'a str, &'a str)> {
+    env.retain(|(k, _)| *k != key);
+    env.push((key, value));
+    env
+}
+
+/// hostpath's base on a sandbox node.
+fn node_base(sb: &Sandbox, node: &str) -> PathBuf {
+    sb.node_root(node).join(BASE.trim_start_matches('/'))
+}
+
+/// Where the sandbox keeps the files of nfs-subdir's example export.
+fn export_dir(sb: &Sandbox) -> PathBuf {
+    sb.work_dir.join("nfs/nfs.storage.example.com/exports/k8s")
+}
+
+/// A directory outside every base, with `victim/keep` in it and `victim` at mode 0700: what
+/// a planted link points at.
+fn outside(sb: &Sandbox) -> PathBuf {
+    let out = sb.work_dir.join("outside");
+    let victim = out.join("victim");
+    std::fs::create_dir_all(&victim).unwrap();
+    std::fs::write(victim.join("keep"), "not yours").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o700)).unwrap();
+    out
+}
+
+/// Asserts that what [`outside`] made is exactly as it was.
+fn assert_outside_untouched(out: &Path) {
+    assert_eq!(
+        names(out),
+        ["victim"],
+        "nothing was created outside the base"
+    );
+    let victim = out.join("victim");
+    assert_eq!(names(&victim), ["keep"], "nothing was added or removed");
+    assert_eq!(
+        std::fs::read_to_string(victim.join("keep")).unwrap(),
+        "not yours"
+    );
+    let mode = std::fs::metadata(&victim).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o700, "no chmod outside the base");
+}
+
+/// The names in a directory, sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// A scratch directory of the test's own, removed when dropped (also when the test fails).
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(what: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!(
+            "flex-{what}-{}-{}",
+            std::process::id(),
+            flex_provisioner::sandbox::ids::name_suffix()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn is_link(p: &Path) -> bool {
+    std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink())
+}
+
+#[tokio::test]
+async fn hostpath_refuses_a_link_planted_in_the_base_at_provision() {
+    let sb = sandbox().await;
+    let out = outside(&sb);
+    let base = node_base(&sb, NODE);
+    std::fs::create_dir_all(base.join("team")).unwrap();
+    // A component of the path is a link out of the base.
+    symlink(&out, base.join("default")).unwrap();
+    let r = run_image(
+        &sb,
+        "at-component",
+        "hostpath",
+        &hostpath_env("provision", "default/victim"),
+        false,
+    )
+    .await;
+    assert_eq!(r.code, 2, "the permanent exit code: {r:?}");
+    assert!(
+        r.message
+            .contains(&format!("refusing {BASE}/default: it is a symbolic link")),
+        "a clear message naming the link: {r:?}"
+    );
+    // The claim's own directory is a link out of the base.
+    symlink(out.join("victim"), base.join("team/data")).unwrap();
+    let r = run_image(
+        &sb,
+        "at-directory",
+        "hostpath",
+        &hostpath_env("provision", "team/data"),
+        false,
+    )
+    .await;
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.message
+            .contains(&format!("refusing {BASE}/team/data: it is a symbolic link")),
+        "{r:?}"
+    );
+    // Even a link that stays inside the base is not followed.
+    symlink(base.join("team"), base.join("loop")).unwrap();
+    let r = run_image(
+        &sb,
+        "inside",
+        "hostpath",
+        &hostpath_env("provision", "loop/x"),
+        false,
+    )
+    .await;
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        !base.join("team/x").exists(),
+        "nothing made through the link"
+    );
+    assert_outside_untouched(&out);
+    assert!(is_link(&base.join("default")) && is_link(&base.join("team/data")));
+}
+
+#[tokio::test]
+async fn hostpath_deprovision_never_follows_a_link_nor_removes_outside_the_base() {
+    let sb = sandbox().await;
+    let out = outside(&sb);
+    let base = node_base(&sb, NODE);
+    std::fs::create_dir_all(base.join("team")).unwrap();
+    symlink(&out, base.join("default")).unwrap();
+    symlink(out.join("victim"), base.join("team/data")).unwrap();
+    for (pod, dir) in [
+        ("at-component", "default/victim"),
+        ("at-directory", "team/data"),
+    ] {
+        let r = run_image(
+            &sb,
+            pod,
+            "hostpath",
+            &hostpath_env("deprovision", dir),
+            false,
+        )
+        .await;
+        assert_eq!(r.code, 2, "refused with the permanent exit code: {r:?}");
+        assert!(
+            r.message.contains("is a symbolic link") && r.message.contains("nothing was changed"),
+            "{r:?}"
+        );
+    }
+    assert_outside_untouched(&out);
+    assert!(
+        is_link(&base.join("default")) && is_link(&base.join("team/data")),
+        "links left for the admin"
+    );
+
+    // Links the tenant made inside its own volume are removed, never what they point at.
+    let vol = base.join("ns/vol");
+    std::fs::create_dir_all(vol.join("sub")).unwrap();
+    std::fs::write(vol.join("sub/own"), "mine").unwrap();
+    symlink(&out, vol.join("escape")).unwrap();
+    symlink(out.join("victim"), vol.join("sub/escape-dir")).unwrap();
+    symlink(out.join("victim/keep"), vol.join("escape-file")).unwrap();
+    let r = run_image(
+        &sb,
+        "inner-links",
+        "hostpath",
+        &hostpath_env("deprovision", "ns/vol"),
+        false,
+    )
+    .await;
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(!vol.exists() && !is_link(&vol), "the volume is gone");
+    assert!(base.join("ns").is_dir(), "its parent stays");
+    assert_outside_untouched(&out);
+
+    // Already gone is success.
+    let r = run_image(
+        &sb,
+        "gone",
+        "hostpath",
+        &hostpath_env("deprovision", "ns/vol"),
+        false,
+    )
+    .await;
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.log.contains("already gone"), "{r:?}");
+}
+
+#[tokio::test]
+async fn hostpath_refuses_control_characters_in_its_paths() {
+    let sb = sandbox().await;
+    let base = node_base(&sb, NODE);
+    for (i, dir) in [
+        "default/a\nb",
+        "default/a\tb",
+        "default/x\n",
+        "default/\u{1b}[1mx",
+    ]
+    .iter()
+    .enumerate()
+    {
+        for action in ["provision", "deprovision"] {
+            let r = run_image(
+                &sb,
+                &format!("dir-{action}-{i}"),
+                "hostpath",
+                &hostpath_env(action, dir),
+                false,
+            )
+            .await;
+            assert_eq!(r.code, 2, "{dir:?} ({action}): {r:?}");
+            assert!(
+                r.message
+                    .contains("parameter directory contains a control character"),
+                "a clear message: {r:?}"
+            );
+            assert_eq!(r.message.lines().count(), 1, "one line: {r:?}");
+        }
+    }
+    let r = run_image(
+        &sb,
+        "base",
+        "hostpath",
+        &with(
+            hostpath_env("provision", "default/a"),
+            "BASE_PATH",
+            "/srv\n/etc",
+        ),
+        false,
+    )
+    .await;
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.message
+            .contains("parameter base-path contains a control character"),
+        "{r:?}"
+    );
+    assert!(!base.exists(), "no stray directory was made");
+    assert!(!sb.node_root(NODE).join("srv").exists());
+}
+
+#[tokio::test]
+async fn nfs_subdir_refuses_links_planted_in_the_export() {
+    let sb = sandbox().await;
+    let out = outside(&sb);
+    let export = export_dir(&sb);
+    std::fs::create_dir_all(&export).unwrap();
+    symlink(&out, export.join("shared")).unwrap();
+    let cases = [
+        ("provision", "shared/default-data", "delete"),
+        ("deprovision", "shared/victim", "delete"),
+        ("deprovision", "shared/victim", "archive"),
+    ];
+    for (i, (action, subdir, on_delete)) in cases.into_iter().enumerate() {
+        let r = run_image(
+            &sb,
+            &format!("link-{i}"),
+            "nfs-subdir",
+            &nfs_env(action, subdir, on_delete),
+            true,
+        )
+        .await;
+        assert_eq!(r.code, 2, "{action} {subdir} ({on_delete}): {r:?}");
+        assert!(
+            r.message
+                .contains("refusing /export/shared: it is a symbolic link"),
+            "{r:?}"
+        );
+    }
+    assert_outside_untouched(&out);
+    // The subdirectory itself a link, at deprovisioning.
+    std::fs::create_dir_all(export.join("team")).unwrap();
+    symlink(out.join("victim"), export.join("team/data")).unwrap();
+    for on_delete in ["delete", "archive"] {
+        let r = run_image(
+            &sb,
+            &format!("final-{on_delete}"),
+            "nfs-subdir",
+            &nfs_env("deprovision", "team/data", on_delete),
+            true,
+        )
+        .await;
+        assert_eq!(r.code, 2, "{r:?}");
+        assert!(
+            r.message
+                .contains("refusing /export/team/data: it is a symbolic link"),
+            "{r:?}"
+        );
+    }
+    assert_outside_untouched(&out);
+    assert_eq!(names(&export.join("team")), ["data"], "nothing archived");
+}
+
+#[tokio::test]
+async fn nfs_subdir_refuses_control_characters_in_its_parameters() {
+    let sb = sandbox().await;
+    let export = export_dir(&sb);
+    std::fs::create_dir_all(&export).unwrap();
+    let r = run_image(
+        &sb,
+        "subdir",
+        "nfs-subdir",
+        &nfs_env("provision", "shared/a\nb", "delete"),
+        true,
+    )
+    .await;
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.message
+            .contains("parameter subdir contains a control character"),
+        "{r:?}"
+    );
+    for (i, (key, value)) in [
+        ("NFS_SERVER", "nfs.storage.example.com\nevil.example.com"),
+        ("NFS_EXPORT", "/exports/k8s\n/etc"),
+        ("EXPORT_ROOT", "/export\t"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let env = with(nfs_env("provision", "shared/a", "delete"), key, value);
+        let r = run_image(&sb, &format!("param-{i}"), "nfs-subdir", &env, true).await;
+        assert_eq!(r.code, 2, "{key}: {r:?}");
+        assert!(
+            r.message.contains("contains a control character"),
+            "{key}: {r:?}"
+        );
+    }
+    // A quote would have gone into the volume source's JSON.
+    let env = with(
+        nfs_env("provision", "shared/a", "delete"),
+        "NFS_EXPORT",
+        "/exports/k8s\",\"x\":\"",
+    );
+    let r = run_image(&sb, "quote", "nfs-subdir", &env, true).await;
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.message.contains("parameter nfs-export"), "{r:?}");
+    assert!(
+        names(&export).is_empty(),
+        "no stray directory: {:?}",
+        names(&export)
+    );
+}
+
+/// A `date` that always tells the same second, so that every archive below is made "in the
+/// same second" whatever the machine's speed.
+fn frozen_clock() -> Scratch {
+    let dir = Scratch::new("frozen-clock");
+    let date = dir.0.join("date");
+    std::fs::write(
+        &date,
+        "#!/bin/sh\ncase \"$*\" in *%Y*) echo 20260101T000000Z ;; *) echo 1767225600 ;; esac\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&date, std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+#[tokio::test]
+async fn nfs_subdir_archives_of_one_volume_in_the_same_second_are_all_kept_apart() {
+    let clock = frozen_clock();
+    let sb = sandbox_with(|mut o| {
+        o.extra_path.insert(0, clock.0.clone());
+        o
+    })
+    .await;
+    let shared = export_dir(&sb).join("shared");
+    let sub = "default-data";
+    for i in 1..=4 {
+        std::fs::create_dir_all(shared.join(sub)).unwrap();
+        std::fs::write(shared.join(sub).join("n"), i.to_string()).unwrap();
+        let r = run_image(
+            &sb,
+            &format!("archive-{i}"),
+            "nfs-subdir",
+            &nfs_env("deprovision", &format!("shared/{sub}"), "archive"),
+            true,
+        )
+        .await;
+        assert_eq!(r.code, 0, "archive {i}: {r:?}");
+    }
+    let archives = names(&shared);
+    assert_eq!(
+        archives.len(),
+        4,
+        "one archive each, none over another: {archives:?}"
+    );
+    assert!(
+        archives
+            .iter()
+            .all(|a| a.starts_with(&format!("archived-{sub}"))),
+        "{archives:?}"
+    );
+    assert!(
+        archives.contains(&format!("archived-{sub}")),
+        "the first keeps the documented name: {archives:?}"
+    );
+    let mut kept = BTreeSet::new();
+    for a in &archives {
+        let dir = shared.join(a);
+        assert!(dir.is_dir() && !is_link(&dir), "{a}");
+        assert_eq!(
+            names(&dir),
+            ["n"],
+            "{a} holds its own volume only, nothing nested"
+        );
+        kept.insert(std::fs::read_to_string(dir.join("n")).unwrap());
+    }
+    assert_eq!(
+        kept,
+        ["1", "2", "3", "4"].map(String::from).into(),
+        "every archive's data is kept"
+    );
+}
+
+/// Fake LVM tools and kubectl that log each call to `$SANDBOX_ROOT/calls`: volume group
+/// vg-k8s exists with 4096 MiB free, logical volumes exist only at deprovisioning.
+fn fake_lvm() -> Scratch {
+    let dir = Scratch::new("fake-lvm");
+    let script = r#"#!/bin/sh
+name=$(basename "$0")
+printf '%s %s\n' "$name" "$*" >> "$SANDBOX_ROOT/calls"
+case $name in
+    vgs) case " $* " in *" vg-k8s "*) ;; *) exit 5 ;; esac
+         case "$*" in *vg_free*) echo "  4096.00" ;; esac ;;
+    lvs) [ "$ACTION" = deprovision ] || exit 5 ;;
+    kubectl) cat > "$SANDBOX_ROOT/pv.json" ;;
+esac
+exit 0
+"#;
+    for tool in [
+        "vgs",
+        "lvs",
+        "lvcreate",
+        "lvremove",
+        "mkfs.ext4",
+        "mkfs.xfs",
+        "kubectl",
+    ] {
+        let p = dir.0.join(tool);
+        std::fs::write(&p, script).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    dir
+}
+
+fn lvm_env(action: &str) -> Vec<(&str, &str)> {
+    vec![
+        ("ACTION", action),
+        ("PV_NAME", PV),
+        ("VOLUME_GROUP", "vg-k8s"),
+        ("SIZE_MIB", "1024"),
+        ("FILESYSTEM", "ext4"),
+        ("SELECTED_NODE", NODE),
+        (
+            "PV_TEMPLATE",
+            r#"{"apiVersion":"v1","kind":"PersistentVolume","spec":{"capacity":{"storage":"1Gi"}}}"#,
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn lvm_kubectl_refuses_newline_joined_and_odd_values_before_any_lvm_command() {
+    let tools = fake_lvm();
+    let sb = sandbox_with(|mut o| {
+        o.extra_path.insert(0, tools.0.clone());
+        o
+    })
+    .await;
+    let calls = sb.node_root(NODE).join("calls");
+    let bad: &[(&str, &str, &str)] = &[
+        ("provision", "VOLUME_GROUP", "vg-k8s\nvg-other"),
+        ("deprovision", "VOLUME_GROUP", "vg-k8s\nvg-other"),
+        ("provision", "SIZE_MIB", "1024\n4096"),
+        ("provision", "SIZE_MIB", "1024\n"),
+        ("provision", "PV_NAME", &format!("{PV}\npvc-other")),
+        ("deprovision", "PV_NAME", &format!("{PV}\npvc-other")),
+        ("provision", "FILESYSTEM", "ext4\nxfs"),
+        ("provision", "VOLUME_GROUP", "vg k8s"),
+        ("provision", "VOLUME_GROUP", "vg-k8s/../x"),
+        ("provision", "VOLUME_GROUP", "-vg-k8s"),
+        ("provision", "VOLUME_GROUP", ".."),
+        ("provision", "VOLUME_GROUP", &"v".repeat(128)),
+        ("provision", "SIZE_MIB", "0"),
+        ("provision", "SIZE_MIB", "12a"),
+        ("provision", "SIZE_MIB", "1234567890123456"),
+        ("provision", "PV_NAME", "pvc-ZZ"),
+        ("provision", "PV_NAME", "other-name"),
+    ];
+    for (i, (action, key, value)) in bad.iter().enumerate() {
+        let r = run_image(
+            &sb,
+            &format!("bad-{i}"),
+            "lvm-kubectl",
+            &with(lvm_env(action), key, value),
+            false,
+        )
+        .await;
+        assert_eq!(r.code, 2, "{action} {key}={value:?}: {r:?}");
+        assert!(
+            !r.message.is_empty() && r.message.lines().count() == 1,
+            "{r:?}"
+        );
+        if value.contains('\n') {
+            assert!(
+                r.message.contains("contains a control character"),
+                "{key}: {r:?}"
+            );
+        }
+        assert!(
+            !calls.exists(),
+            "no LVM command ran for {key}={value:?}: {}",
+            std::fs::read_to_string(&calls).unwrap_or_default()
+        );
+    }
+
+    // The same image with good values does its work (the fakes stand in for LVM).
+    let r = run_image(
+        &sb,
+        "good-provision",
+        "lvm-kubectl",
+        &lvm_env("provision"),
+        false,
+    )
+    .await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let log = std::fs::read_to_string(&calls).unwrap();
+    assert!(
+        log.contains(&format!("lvcreate --yes --name {PV} --size 1024m vg-k8s\n")),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("mkfs.ext4 -q /dev/vg-k8s/{PV}\n")),
+        "{log}"
+    );
+    let pv = std::fs::read_to_string(sb.node_root(NODE).join("pv.json")).unwrap();
+    let pv: Value = serde_json::from_str(&pv).unwrap();
+    assert_eq!(
+        pv["spec"]["local"],
+        json!({"path": format!("/dev/vg-k8s/{PV}"), "fsType": "ext4"})
+    );
+    let r = run_image(
+        &sb,
+        "good-deprovision",
+        "lvm-kubectl",
+        &lvm_env("deprovision"),
+        false,
+    )
+    .await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let log = std::fs::read_to_string(&calls).unwrap();
+    assert!(
+        log.contains(&format!("lvremove --yes vg-k8s/{PV}\n")),
+        "{log}"
+    );
+    let r = run_image(
+        &sb,
+        "no-vg",
+        "lvm-kubectl",
+        &with(lvm_env("provision"), "VOLUME_GROUP", "vg-other"),
+        false,
+    )
+    .await;
+    assert_eq!(
+        r.code, 3,
+        "a missing volume group keeps its own code: {r:?}"
+    );
+}
+
+#[test]
+fn entrypoints_find_the_shared_library_beside_them_and_the_images_ship_it() {
+    common::at_root();
+    let lib =
+        "COPY provisioner-images/lib/safe-path.sh /usr/local/lib/flex-provisioner/safe-path.sh";
+    for image in ["hostpath", "nfs-subdir", "lvm-kubectl"] {
+        let dockerfile =
+            std::fs::read_to_string(format!("provisioner-images/{image}/Dockerfile")).unwrap();
+        assert!(
+            dockerfile.contains(lib),
+            "{image}'s Dockerfile copies the library"
+        );
+        let entrypoint =
+            std::fs::read_to_string(format!("provisioner-images/{image}/entrypoint")).unwrap();
+        assert!(
+            entrypoint.contains("\"$(dirname -- \"$0\")/../lib/safe-path.sh\" /usr/local/lib/flex-provisioner/safe-path.sh"),
+            "{image} looks beside itself, then where its Dockerfile puts the library"
+        );
+
+        // Copied alone, the entrypoint says what is missing, with the permanent code.
+        let scratch = Scratch::new(&format!("lib-{image}"));
+        let dir = &scratch.0;
+        std::fs::create_dir_all(dir.join("bin")).unwrap();
+        std::fs::copy(
+            format!("provisioner-images/{image}/entrypoint"),
+            dir.join("bin/entrypoint"),
+        )
+        .unwrap();
+        let run = |dir: &Path| {
+            let out = std::process::Command::new("sh")
+                .arg(dir.join("bin/entrypoint"))
+                .env_clear()
+                .env("PATH", "/usr/bin:/bin")
+                .env("ACTION", "provision")
+                .env("PV_NAME", PV)
+                .env("DIRECTORY", "a\nb")
+                .env("SUBDIR", "a\nb")
+                .env("NFS_SERVER", "a\nb")
+                .env("VOLUME_GROUP", "a\nb")
+                .env("BASE_PATH", BASE)
+                .env("TERMINATION_LOG", dir.join("termination-log"))
+                .output()
+                .unwrap();
+            let message = std::fs::read_to_string(dir.join("termination-log")).unwrap_or_default();
+            (out.status.code(), message)
+        };
+        let (code, message) = run(dir);
+        assert_eq!(code, Some(2), "{image}: {message}");
+        assert!(
+            message.contains("safe-path.sh is missing"),
+            "{image}: {message}"
+        );
+        // With the library at ../lib, as in the repository, its checks run.
+        std::fs::create_dir_all(dir.join("lib")).unwrap();
+        std::fs::copy(
+            "provisioner-images/lib/safe-path.sh",
+            dir.join("lib/safe-path.sh"),
+        )
+        .unwrap();
+        let (code, message) = run(dir);
+        assert_eq!(code, Some(2), "{image}: {message}");
+        assert!(
+            message.contains("contains a control character"),
+            "{image}: {message}"
+        );
+    }
+}
+
+// End to end through the controller with the shipped example ConfigMaps.
+
+async fn with_examples(files: &[&str]) -> (Sandbox, tokio::task::JoinHandle<()>) {
+    let sb = sandbox().await;
+    let ctx = flex_provisioner::sandbox::WriteCtx::manager("test");
+    let ns = flex_provisioner::sandbox::resources::find("", "v1", "namespaces").unwrap();
+    sb.api
+        .create(ns, "", json!({"metadata": {"name": EXAMPLE_NS}}), &ctx)
+        .unwrap();
+    let c = controller_with(
+        &sb,
+        flex_provisioner::controller::Options {
+            config_namespaces: vec![EXAMPLE_NS.into()],
+            ..options()
+        },
+    );
+    let files: Vec<PathBuf> = std::iter::once("deploy/serviceaccounts.yaml")
+        .chain(files.iter().copied())
+        .map(PathBuf::from)
+        .collect();
+    for line in apply_files(&sb, &files).unwrap() {
+        assert!(line.ends_with("created"), "{line}");
+    }
+    (sb, c)
+}
+
+/// A claim of `class` with a pod that uses it (so a WaitForFirstConsumer class gets a node).
+async fn claim_with_user(sb: &Sandbox, name: &str, class: &str) {
+    let c = sb.client().unwrap();
+    let pvc: PersistentVolumeClaim = serde_json::from_value(
+        json!({"metadata": {"name": name}, "spec": {"storageClassName": class,
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
+    )
+    .unwrap();
+    Api::<PersistentVolumeClaim>::namespaced(c.clone(), "default")
+        .create(&PostParams::default(), &pvc)
+        .await
+        .unwrap();
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": format!("{name}-user")}, "spec": {"restartPolicy": "Never",
+        "containers": [{"name": "w", "image": "demo-writer", "volumeMounts": [{"name": "d", "mountPath": "/data"}]}],
+        "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": name}}]}}))
+    .unwrap();
+    Api::<Pod>::namespaced(c, "default")
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn hostpath_end_to_end_a_link_planted_in_the_base_fails_the_claim_and_touches_nothing() {
+    common::at_root();
+    let (sb, _c) = with_examples(&["configmaps/hostpath.yaml"]).await;
+    let out = outside(&sb);
+    // Whichever node the claim lands on, its namespace's directory is a link out.
+    for node in ["node-a", "node-b"] {
+        let base = node_base(&sb, node);
+        std::fs::create_dir_all(&base).unwrap();
+        symlink(&out, base.join("default")).unwrap();
+    }
+    claim_with_user(&sb, "data", "local-hostpath").await;
+    let m = wait_event(&sb, "data", "ProvisioningFailed", "symbolic link", 60).await;
+    assert!(
+        m.contains(&format!("refusing {BASE}/default: it is a symbolic link")),
+        "the image's message reaches the claim: {m}"
+    );
+    assert_eq!(
+        jobs_of_ns(&sb, "provision").await,
+        1,
+        "a permanent exit code is not retried"
+    );
+    assert_outside_untouched(&out);
+}
+
+/// The Jobs of one action in the examples' namespace.
+async fn jobs_of_ns(sb: &Sandbox, action: &str) -> usize {
+    Api::<k8s_openapi::api::batch::v1::Job>::namespaced(sb.client().unwrap(), EXAMPLE_NS)
+        .list(&ListParams::default().labels(&format!("flex-provisioner.io/action={action}")))
+        .await
+        .unwrap()
+        .items
+        .len()
+}
+
+#[tokio::test]
+async fn hostpath_end_to_end_a_volume_replaced_by_a_link_is_not_deprovisioned_through_it() {
+    common::at_root();
+    let (sb, _c) = with_examples(&["configmaps/hostpath.yaml"]).await;
+    let out = outside(&sb);
+    claim_with_user(&sb, "data", "local-hostpath").await;
+    let claim = bound(&sb, "data", 60).await;
+    let pods: Api<Pod> = Api::namespaced(sb.client().unwrap(), "default");
+    eventually(30, "the user pod to finish", || async {
+        let p = pods.get("data-user").await.ok()?;
+        (p.status?.phase.as_deref() == Some("Succeeded")).then_some(())
+    })
+    .await;
+    pods.delete("data-user", &DeleteParams::default())
+        .await
+        .unwrap();
+    let pv_name = claim.spec.unwrap().volume_name.unwrap();
+    let pvs: Api<PersistentVolume> = Api::all(sb.client().unwrap());
+    let dir = storage_dir(&sb, &pvs.get(&pv_name).await.unwrap());
+    assert!(dir.join("hello.txt").is_file());
+    // Someone with access to the node swaps the volume's directory for a link out.
+    std::fs::remove_dir_all(&dir).unwrap();
+    symlink(out.join("victim"), &dir).unwrap();
+    Api::<PersistentVolumeClaim>::namespaced(sb.client().unwrap(), "default")
+        .delete("data", &Default::default())
+        .await
+        .unwrap();
+    let events: Api<Event> = Api::namespaced(sb.client().unwrap(), "default");
+    let m = eventually(60, "a VolumeFailedDelete event naming the link", || async {
+        events
+            .list(&ListParams::default().fields(&format!("involvedObject.name={pv_name}")))
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("VolumeFailedDelete"))
+            .filter_map(|e| e.message)
+            .find(|m| m.contains("symbolic link"))
+    })
+    .await;
+    assert!(m.contains("nothing was changed"), "{m}");
+    assert!(
+        pvs.get_opt(&pv_name).await.unwrap().is_some(),
+        "the PV stays"
+    );
+    assert_outside_untouched(&out);
+    assert!(is_link(&dir), "the link is left for the admin");
+    // The admin removes the link: the next attempt finds the volume gone and completes.
+    std::fs::remove_file(&dir).unwrap();
+    eventually(
+        90,
+        "the PV to be deprovisioned after the link is removed",
+        || async { pvs.get_opt(&pv_name).await.unwrap().is_none().then_some(()) },
+    )
+    .await;
+    assert_outside_untouched(&out);
+}
