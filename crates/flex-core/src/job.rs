@@ -224,7 +224,7 @@ pub fn deprovision_job(
         ),
         ("TERMINATION_LOG", TERMINATION_MESSAGE_PATH.to_owned()),
     ];
-    build(JobInput {
+    let mut job = build(JobInput {
         action: Action::Deprovision,
         name: job_name(Action::Deprovision, &volume, attempt),
         attempt,
@@ -240,7 +240,15 @@ pub fn deprovision_job(
         env,
         parameters: &parameters,
         ttl_seconds,
-    })
+    });
+    job.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(
+            crate::names::ANN_VOLUME_UID.to_owned(),
+            pv.metadata.uid.clone().unwrap_or_default(),
+        );
+    job
 }
 
 struct JobInput<'a> {

@@ -26,6 +26,9 @@ pub const ANN_PARAMETERS: &str = "flex-provisioner.io/parameters";
 /// that deprovisioning never depends on the ConfigMap still existing unchanged.
 pub const ANN_DEPROVISION_SPEC: &str = "flex-provisioner.io/deprovision-spec";
 pub const FINALIZER_DEPROVISION: &str = "flex-provisioner.io/deprovision";
+/// On a deprovision Job: the uid of the PV it is for. A PV re-created under the same name
+/// (a wrong PV removed, then the right one) must never take an old Job's success as its own.
+pub const ANN_VOLUME_UID: &str = "flex-provisioner.io/volume-uid";
 
 /// Annotations written by Kubernetes that provisioners read (same keys as the sig-storage library).
 pub const ANN_STORAGE_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
@@ -208,8 +211,12 @@ pub fn process_env_reason(env: &str) -> Option<&'static str> {
         "BASH_ENV",
         "IFS",
         "CDPATH",
+        "PS1",
+        "PS2",
         "PS4",
         "PROMPT_COMMAND",
+        "BASH_XTRACEFD",
+        "ZDOTDIR",
         "GLOBIGNORE",
         "SHELLOPTS",
         "BASHOPTS",
@@ -231,6 +238,41 @@ pub fn process_env_reason(env: &str) -> Option<&'static str> {
         "JAVA_TOOL_OPTIONS",
         "GCONV_PATH",
         "LOCPATH",
+        "NLSPATH",
+        "GLIBC_TUNABLES",
+        "CLASSPATH",
+        "_JAVA_OPTIONS",
+        "JDK_JAVA_OPTIONS",
+        "PERLLIB",
+        "PERL5DB",
+        "PYTHONUSERBASE",
+        "PYTHONINSPECT",
+        "PYTHONWARNINGS",
+        "NODE_EXTRA_CA_CERTS",
+    ];
+    // Where the process's network traffic goes and whom it trusts: a claim could send the
+    // image's API calls (with its service account token) through a proxy of its choosing.
+    const NETWORK: &[&str] = &[
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "NO_PROXY",
+        "FTP_PROXY",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "CURL_CA_BUNDLE",
+        "REQUESTS_CA_BUNDLE",
+        "HOSTALIASES",
+        "LOCALDOMAIN",
+        "RES_OPTIONS",
+        "RESOLV_HOST_CONF",
+    ];
+    // What our own binary reads (`flex-provisioner volume create` runs in images).
+    const OURS: &[&str] = &[
+        "POD_NAME",
+        "RUST_LOG",
+        "RUST_BACKTRACE",
+        "RUST_LIB_BACKTRACE",
     ];
     if SHELL.contains(&env) {
         Some("it controls how the shell finds and runs programs")
@@ -240,6 +282,14 @@ pub fn process_env_reason(env: &str) -> Option<&'static str> {
         Some("it makes a language runtime load or run other code")
     } else if env.starts_with("KUBERNETES_") {
         Some("Kubernetes sets it for every container (how a pod finds the API server)")
+    } else if NETWORK.contains(&env) {
+        Some("it decides where the process's network traffic goes or which servers it trusts")
+    } else if env.starts_with("FLEX_") || OURS.contains(&env) {
+        Some("flex-provisioner's own binary reads it (`volume create` runs in images)")
+    } else if env.starts_with("SANDBOX_") {
+        Some("the shipped images prefix every path with it (the sandbox's node root)")
+    } else if env.starts_with("BASH_FUNC_") {
+        Some("it controls how the shell finds and runs programs (an exported function)")
     } else {
         None
     }

@@ -1,11 +1,19 @@
 //! The admin's templates rendered for one claim: parameters and argv entries.
+//!
+//! Rendering is isolated so that no ConfigMap or claim can crash, hang or exhaust the
+//! controller: one `Budget` (output bytes across every value, wall time) is spent by all the
+//! claim's templates and checked while they render; a panic of the engine is contained and
+//! becomes an error; recursion is impossible (no partials, nesting at most 8, checked when
+//! the template is compiled). The work is CPU-bound and bounded by `MAX_RENDER_TIME`, and
+//! `RenderRequest` owns its inputs so the controller can run it off its async threads.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::claim::{ClaimRequest, NodeInfo};
 use crate::config::ClassConfig;
 use crate::names::pv_name;
-use crate::template::{self, TemplateError};
+use crate::template::{self, Budget, TemplateError};
 
 /// A template that failed for this claim, with the key it came from.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -32,6 +40,8 @@ impl Rendered {
     }
 }
 
+/// Renders every template of the class for one claim (parameters, `args`,
+/// `deprovision-args`), within one budget; the first failure names its key. Never panics.
 pub fn render_for_claim(
     config: &ClassConfig,
     claim: &ClaimRequest,
@@ -45,10 +55,14 @@ pub fn render_for_claim(
         provisioner_name,
         &pv_name(&claim.uid),
     );
+    // One budget for the whole claim: every value renders within what is left of it.
+    let budget = std::cell::RefCell::new(Budget::new());
     let one = |key: &str, source: &str| {
-        template::render(source, &ctx).map_err(|error| RenderFailure {
-            key: key.to_owned(),
-            error,
+        template::render_within(source, &ctx, &mut budget.borrow_mut()).map_err(|error| {
+            RenderFailure {
+                key: key.to_owned(),
+                error,
+            }
         })
     };
     let list =
@@ -73,4 +87,41 @@ pub fn render_for_claim(
         args: list("args", &p.args)?,
         deprovision_args: list("deprovision-args", &p.deprovision_args)?,
     })
+}
+
+/// One claim's rendering with owned inputs: `Send + 'static`, so the controller can run it
+/// where CPU-bound work belongs, e.g.
+/// `tokio::task::spawn_blocking(move || request.render())`.
+#[derive(Debug, Clone)]
+pub struct RenderRequest {
+    pub config: Arc<ClassConfig>,
+    pub claim: ClaimRequest,
+    pub node: Option<NodeInfo>,
+    pub provisioner_name: String,
+}
+
+impl RenderRequest {
+    pub fn render(&self) -> Result<Rendered, RenderFailure> {
+        render_for_claim(
+            &self.config,
+            &self.claim,
+            self.node.as_ref(),
+            &self.provisioner_name,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn send_static<T: Send + Sync + 'static>() {}
+
+    /// What crosses into `spawn_blocking` and back must be owned and sendable.
+    #[test]
+    fn render_types_can_move_to_a_blocking_thread() {
+        send_static::<RenderRequest>();
+        send_static::<Result<Rendered, RenderFailure>>();
+        send_static::<ClassConfig>();
+    }
 }

@@ -197,7 +197,13 @@ fn bookkeeping_patch(
     if annotations.is_empty() && labels.is_empty() && !add_finalizer {
         return None;
     }
+    // The resourceVersion makes the patch fail rather than drop a finalizer or annotation
+    // someone added since our cache saw the PV.
     let mut meta = serde_json::Map::new();
+    meta.insert(
+        "resourceVersion".into(),
+        serde_json::json!(pv.metadata.resource_version),
+    );
     if !annotations.is_empty() {
         meta.insert("annotations".into(), annotations.into());
     }

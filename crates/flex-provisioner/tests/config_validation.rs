@@ -173,6 +173,26 @@ fn parameters_that_would_change_how_the_process_runs_are_refused() {
             "KUBERNETES_SERVICE_HOST",
             "Kubernetes sets it",
         ),
+        ("kubernetes-port", "KUBERNETES_PORT", "Kubernetes sets it"),
+        ("sandbox-root", "SANDBOX_ROOT", "prefix every path"),
+        ("cdpath", "CDPATH", "shell"),
+        ("ps4", "PS4", "shell"),
+        ("glibc-tunables", "GLIBC_TUNABLES", "runtime"),
+        ("java-tool-options", "JAVA_TOOL_OPTIONS", "runtime"),
+        ("https-proxy", "HTTPS_PROXY", "network traffic"),
+        ("http_proxy", "HTTP_PROXY", "network traffic"),
+        ("ssl-cert-file", "SSL_CERT_FILE", "which servers it trusts"),
+        (
+            "flex-config-namespace",
+            "FLEX_CONFIG_NAMESPACE",
+            "own binary",
+        ),
+        (
+            "flex-provisioner-name",
+            "FLEX_PROVISIONER_NAME",
+            "own binary",
+        ),
+        ("rust-log", "RUST_LOG", "own binary"),
     ] {
         let e = error(
             config("silver").set(key, "/tmp/{{claim.name}}"),
@@ -182,6 +202,22 @@ fn parameters_that_would_change_how_the_process_runs_are_refused() {
         assert_eq!(e.severity, Severity::Error, "{key}");
         assert!(e.to_string().contains(why), "{key}: {e}");
         assert!(e.to_string().contains("rename the parameter"), "{key}: {e}");
+    }
+    // The Job's own variables (ours) cannot be replaced by a parameter either.
+    for env in flex_provisioner::names::BUILTIN_ENV {
+        let key = env.to_ascii_lowercase().replace('_', "-");
+        let (config, problems) = verdict(config("silver").set(&key, "x"));
+        assert!(config.is_none(), "{key} must be refused");
+        let e = problems
+            .iter()
+            .find(|p| p.is_error() && p.key.as_deref() == Some(key.as_str()))
+            .unwrap_or_else(|| panic!("{key}: no error naming it in {problems:#?}"));
+        assert!(
+            e.what.contains(&format!("`{env}`, which is a built-in"))
+                || e.what.contains("misspelling"),
+            "{key}: {e}"
+        );
+        assert!(e.fix.contains("rename"), "{key}: {e}");
     }
     // Names that merely contain such a word are fine.
     let cm = config("silver")
@@ -417,9 +453,10 @@ fn warnings_do_not_block() {
     let (usable, problems) = verdict(
         config("silver")
             .set("image", "registry.example.com/prov:latest")
-            .set("export-path", "/exports/{{claim.annotations.dir}}"),
+            .set("zone", "west")
+            .set("unsanitised-parameters", "zone"),
     );
-    assert!(usable.is_some());
+    assert!(usable.is_some(), "{problems:#?}");
     let keys: Vec<_> = problems
         .iter()
         .map(|p| (p.severity, p.key.clone().unwrap_or_default()))
@@ -428,8 +465,9 @@ fn warnings_do_not_block() {
         keys.contains(&(Severity::Warning, "image".into())),
         "{problems:#?}"
     );
+    // An opt-out that nothing needs is worth removing, but harmless.
     assert!(
-        keys.contains(&(Severity::Warning, "export-path".into())),
+        keys.contains(&(Severity::Warning, "unsanitised-parameters".into())),
         "{problems:#?}"
     );
     let sanitised =
@@ -438,6 +476,144 @@ fn warnings_do_not_block() {
     let (_, problems) =
         verdict(config("silver").set("export-path", "/exports/{{dnslabel claim.annotations.dir}}"));
     assert!(problems.is_empty(), "{problems:#?}");
+}
+
+/// A claim's labels and annotations are free text of the claim's author: put into a path
+/// unsanitised, `../..` escapes the base (local-path-provisioner's CVE-2025-62878). That is
+/// an error, whichever way the text gets there, unless the admin opts the key out.
+#[test]
+fn user_text_in_a_path_is_an_error_unless_opted_out() {
+    common::at_root();
+    for (key, template, path) in [
+        (
+            "export-path",
+            "/exports/{{claim.annotations.dir}}",
+            "claim.annotations.dir",
+        ),
+        ("directory", "{{claim.labels.team}}", "claim.labels.team"),
+        (
+            "subdir",
+            "/x/{{default claim.labels.team \"shared\"}}",
+            "claim.labels.team",
+        ),
+        (
+            "subdir",
+            "/x/{{lower claim.labels.team}}",
+            "claim.labels.team",
+        ),
+        (
+            "subdir",
+            "/x/{{json claim.annotations.dir}}",
+            "claim.annotations.dir",
+        ),
+        (
+            "subdir",
+            "/x/{{lookup claim.annotations \"dir\"}}",
+            "claim.annotations",
+        ),
+        ("subdir", "/x/{{json claim}}", "claim"),
+        (
+            "subdir",
+            "/x/{{#each claim.annotations}}{{this}}{{/each}}",
+            "this",
+        ),
+        (
+            "subdir",
+            "/x/{{#each claim.labels}}{{@key}}{{/each}}",
+            "@key",
+        ),
+        (
+            "subdir",
+            "/x/{{#each claim.labels as |v k|}}{{v}}{{/each}}",
+            "v",
+        ),
+        (
+            "subdir",
+            "/x/{{#with claim.labels}}{{team}}{{/with}}",
+            "team",
+        ),
+        (
+            "subdir",
+            "/x/{{#with claim}}{{labels.team}}{{/with}}",
+            "labels.team",
+        ),
+        (
+            "subdir",
+            "/x/{{#each claim.labels}}{{#if this}}{{../claim.annotations.dir}}{{/if}}{{/each}}",
+            "../claim.annotations.dir",
+        ),
+        (
+            "base-dir",
+            "{{#each @root.claim.labels}}{{this}}{{/each}}",
+            "this",
+        ),
+    ] {
+        let e = error(
+            config("silver").set(key, template),
+            Some(key),
+            "path traversal",
+        );
+        assert!(e.what.contains(&format!("`{path}`")), "{template}: {e}");
+        assert!(
+            e.fix.contains(&format!("{{{{dnslabel {path}}}}}")),
+            "{template}: {e}"
+        );
+        assert!(e.fix.contains("unsanitised-parameters"), "{template}: {e}");
+    }
+    let e = error(
+        config("silver").set("args", "[\"--dir=/exports/{{claim.labels.team}}\"]"),
+        Some("args[0]"),
+        "path traversal",
+    );
+    assert!(
+        e.fix.contains("list `args` in `unsanitised-parameters`"),
+        "{e}"
+    );
+
+    // What cannot escape: sanitised text, tests of user text, names the API server
+    // validates as DNS names, loop positions, and the admin's own class parameters.
+    for template in [
+        "/x/{{dnslabel claim.annotations.dir}}",
+        "/x/{{dnslabel (default claim.labels.team \"shared\") 20}}",
+        "/x/{{#if claim.labels.fast}}ssd{{else}}hdd{{/if}}",
+        "/x/{{#if (eq claim.labels.tier \"gold\")}}gold{{/if}}",
+        "/x/{{#each claim.annotations}}{{dnslabel @key}}-{{@index}}{{/each}}",
+        "/x/{{len claim.annotations}}",
+        "{{claim.namespace}}/{{claim.name}}-{{claim.uid}}",
+        "/x/{{#each class.parameters}}{{@key}}={{this}}{{/each}}",
+        "/x/{{#each claim.labels}}{{@root.claim.name}}{{/each}}",
+    ] {
+        let c = ok(config("silver").set("subdir", template));
+        assert!(c.parameters.contains_key("subdir"), "{template}");
+    }
+    // Not a path: a label handed on as a value is the image's to judge.
+    ok(config("silver").set("team", "{{claim.labels.team}}"));
+
+    // The documented opt-out, per key.
+    let c = ok(config("silver")
+        .set("export-path", "/exports/{{claim.annotations.dir}}")
+        .set("args", "[\"--dir=/x/{{claim.labels.team}}\"]")
+        .set("unsanitised-parameters", "export-path, args"));
+    assert!(c.parameters.contains_key("export-path"));
+    assert!(!c.parameters.contains_key("unsanitised-parameters"));
+    // ...which covers only the keys it lists,
+    error(
+        config("silver")
+            .set("export-path", "/exports/{{claim.annotations.dir}}")
+            .set("subdir", "/x/{{claim.labels.team}}")
+            .set("unsanitised-parameters", "export-path"),
+        Some("subdir"),
+        "path traversal",
+    );
+    // ...and must name parameters that exist.
+    let e = error(
+        config("silver")
+            .set("export-path", "/exports/{{claim.annotations.dir}}")
+            .set("unsanitised-parameters", "export-path,exportpath"),
+        Some("unsanitised-parameters"),
+        "`exportpath`, which is not a parameter",
+    );
+    assert!(e.fix.contains("comma"), "{e}");
 }
 
 #[test]
@@ -470,4 +646,122 @@ fn the_original_proposal_is_accepted_but_for_its_service_token() {
     assert_eq!(c.service_account.as_deref(), Some("foo"));
     assert_eq!(c.parameters["use-nfs-server"].env, "USE_NFS_SERVER");
     assert_eq!(c.parameters["zone"].template, "west");
+}
+
+/// Issue #11: a Job never runs as the controller's own service account, and a pod-template
+/// that gives the pod power over its node needs `allow-privileged: "true"`.
+#[test]
+fn jobs_never_run_as_the_controller_nor_privileged_without_the_opt_in() {
+    use flex_provisioner::config::{ParseOptions, parse_config_map_with};
+    common::at_root();
+    let e = error(
+        config("silver")
+            .name("flex-provisioner", "silver-config")
+            .set("service-account-name", "flex-provisioner"),
+        Some("service-account-name"),
+        "the controller's own service account (namespace `flex-provisioner`)",
+    );
+    assert!(e.fix.contains("flex-provisioner-volume-writer"), "{e}");
+    // The same name in another namespace is another account.
+    ok(config("silver").set("service-account-name", "flex-provisioner"));
+    // A controller deployed elsewhere says so.
+    let options = ParseOptions {
+        controller_namespace: "storage-admin".into(),
+        controller_service_account: "ctl".into(),
+        ..ParseOptions::new(P)
+    };
+    let Verdict::Checked {
+        config: None,
+        problems,
+    } = parse_config_map_with(
+        &config("silver").set("service-account-name", "ctl").build(),
+        &options,
+    )
+    else {
+        panic!("the controller's account must be refused");
+    };
+    assert!(
+        problems[0].what.contains("`ctl` is the controller's own"),
+        "{problems:#?}"
+    );
+
+    for (template, field) in [
+        ("spec: {hostPID: true}", "spec.hostPID"),
+        ("spec: {hostNetwork: true}", "spec.hostNetwork"),
+        ("spec: {hostIPC: true}", "spec.hostIPC"),
+        (
+            "spec: {containers: [{securityContext: {privileged: true}}]}",
+            "spec.containers[0].securityContext.privileged",
+        ),
+        (
+            "spec: {containers: [{securityContext: {capabilities: {add: [SYS_ADMIN]}}}]}",
+            "spec.containers[0].securityContext.capabilities.add (SYS_ADMIN)",
+        ),
+        (
+            "spec: {initContainers: [{name: i, image: x, securityContext: {privileged: true}}]}",
+            "spec.initContainers[0].securityContext.privileged",
+        ),
+        (
+            "spec: {volumes: [{name: root, hostPath: {path: /}}]}",
+            "spec.volumes[root].hostPath (/)",
+        ),
+    ] {
+        let e = error(
+            config("silver").set("pod-template", template),
+            Some("pod-template"),
+            &format!("gives the pod power over its node: {field}"),
+        );
+        assert!(e.fix.contains("`allow-privileged: \"true\"`"), "{e}");
+        let c = ok(config("silver")
+            .set("pod-template", template)
+            .set("allow-privileged", "true"));
+        assert!(c.allow_privileged, "{template}");
+    }
+    error(
+        config("silver").set("allow-privileged", "yes please"),
+        Some("allow-privileged"),
+        "allow-privileged",
+    );
+    // An opt-in nothing needs is worth removing, but harmless.
+    let (usable, problems) = verdict(config("silver").set("allow-privileged", "true"));
+    assert!(usable.is_some());
+    assert_eq!(problems.len(), 1, "{problems:#?}");
+    assert_eq!(problems[0].severity, Severity::Warning);
+    assert_eq!(problems[0].key.as_deref(), Some("allow-privileged"));
+
+    // The shipped node-local examples need it and say so; without it they are refused.
+    for example in ["configmaps/hostpath.yaml", "configmaps/lvm-kubectl.yaml"] {
+        let docs =
+            flex_provisioner::offline::read_documents(std::path::Path::new(example)).unwrap();
+        let mut cm: k8s_openapi::api::core::v1::ConfigMap = docs
+            .iter()
+            .find(|d| d.kind == "ConfigMap")
+            .unwrap()
+            .to_object()
+            .unwrap();
+        let Verdict::Checked {
+            config: Some(c),
+            problems,
+        } = parse_config_map(&cm, P)
+        else {
+            panic!("{example} must pass");
+        };
+        assert!(
+            c.allow_privileged && problems.is_empty(),
+            "{example}: {problems:#?}"
+        );
+        cm.data.as_mut().unwrap().remove("allow-privileged");
+        let Verdict::Checked {
+            config: None,
+            problems,
+        } = parse_config_map(&cm, P)
+        else {
+            panic!("{example} without the opt-in must be refused");
+        };
+        assert_eq!(
+            problems[0].key.as_deref(),
+            Some("pod-template"),
+            "{example}"
+        );
+    }
 }

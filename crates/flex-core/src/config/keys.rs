@@ -84,7 +84,21 @@ pub const RESERVED_KEYS: &[(&str, &str, &str)] = &[
         "no limit",
         "how many Jobs of this class may run at once",
     ),
+    (
+        super::privilege::ALLOW_PRIVILEGED_KEY,
+        "`false`",
+        "`true` lets `pod-template` make the pod privileged: privileged containers, added capabilities, hostPID/hostNetwork/hostIPC, hostPath volumes; without it those are an error",
+    ),
+    (
+        UNSANITISED_KEY,
+        "(none)",
+        "comma-separated parameter keys (or `args`, `deprovision-args`) that may take a claim's labels or annotations into a path unsanitised, because the image validates them; without it that is an error",
+    ),
 ];
+
+/// The opt-out of the path-traversal check, per key: `unsanitised-parameters: "dir,sub"`.
+/// Only for images that validate the value themselves (refuse `/`, `..`, control characters).
+pub const UNSANITISED_KEY: &str = "unsanitised-parameters";
 
 pub fn is_reserved(key: &str) -> bool {
     RESERVED_KEYS.iter().any(|(k, _, _)| *k == key)
@@ -117,6 +131,7 @@ const ALIASES: &[(&str, &str)] = &[
     ("maxconcurrency", "max-concurrent"),
     ("concurrency", "max-concurrent"),
     ("images", "image"),
+    ("privileged", "allow-privileged"),
 ];
 
 fn normalize(key: &str) -> String {
@@ -166,13 +181,14 @@ pub fn misspelt_reserved_key(key: &str) -> Option<&'static str> {
         if norm == target {
             return true;
         }
-        let distance = edit_distance(&norm, &target);
         let allowed = match target.len() {
             0..=4 => 0,
             5..=8 => 1,
             _ => 2,
         };
-        distance <= allowed
+        // The distance is at least the difference in length: skip the quadratic work for
+        // long keys, which `check` may meet by the thousand in a 1 MiB ConfigMap.
+        norm.len().abs_diff(target.len()) <= allowed && edit_distance(&norm, &target) <= allowed
     })
 }
 

@@ -6,9 +6,12 @@
 mod class;
 mod discovery;
 pub mod keys;
+mod options;
 mod parse;
 pub mod pod_template;
+pub mod privilege;
 mod problem;
+mod unsanitised;
 pub mod values;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -18,13 +21,21 @@ use k8s_openapi::api::core::v1::PodTemplateSpec;
 
 pub use class::{ClassConfig, StorageClassInfo};
 pub use discovery::{is_config_map_for_class, select_for_class};
-pub use parse::{Verdict, parse_config_map};
+pub use options::{DEFAULT_CONTROLLER_NAMESPACE, DEFAULT_CONTROLLER_SERVICE_ACCOUNT, ParseOptions};
+pub use parse::{Verdict, parse_config_map, parse_config_map_with};
 pub use problem::{ConfigErrors, Problem, Severity};
 
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 pub const DEFAULT_RETRIES: u32 = 2;
 pub const MAX_RETRIES: u32 = 20;
 pub const DEFAULT_PERMANENT_EXIT_CODE: i32 = 2;
+/// Parameters of one ConfigMap: each is an env var of the Job's container; real provisioners
+/// need a handful, and this bounds the work of checking a ConfigMap of 1 MiB.
+pub const MAX_PARAMETERS: usize = 256;
+/// Template source of one ConfigMap, all parameters and arguments together: four templates
+/// at the per-template maximum. Parsing templates is the costly part of checking a
+/// ConfigMap (about 20 us per expression), so this keeps `check` well under a second.
+pub const MAX_TEMPLATE_BYTES: usize = 64 * 1024;
 
 /// One admin parameter: its template and the env var it is handed in.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,6 +66,8 @@ pub struct ProvisionerConfig {
     pub permanent_exit_codes: BTreeSet<i32>,
     pub node_local: bool,
     pub pod_template: Option<PodTemplateSpec>,
+    /// `allow-privileged: "true"`: the pod-template may give the pod power over its node.
+    pub allow_privileged: bool,
     pub max_concurrent: Option<u32>,
     pub parameters: BTreeMap<String, Parameter>,
     /// Keys whose templates read `node.*`, which only WaitForFirstConsumer classes have.

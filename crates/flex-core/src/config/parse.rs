@@ -4,11 +4,14 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 
-use super::keys::{is_reserved, looks_like_secret, misspelt_reserved_key};
+use super::keys::{UNSANITISED_KEY, is_reserved, looks_like_secret, misspelt_reserved_key};
+use super::options::ParseOptions;
+use super::privilege::{self, ALLOW_PRIVILEGED_KEY};
 use super::problem::Problem;
+use super::unsanitised::{OptOut, base_key};
 use super::{
-    DEFAULT_PERMANENT_EXIT_CODE, DEFAULT_RETRIES, DEFAULT_TIMEOUT, MAX_RETRIES, Parameter,
-    ProvisionerConfig, pod_template, values,
+    DEFAULT_PERMANENT_EXIT_CODE, DEFAULT_RETRIES, DEFAULT_TIMEOUT, MAX_PARAMETERS, MAX_RETRIES,
+    MAX_TEMPLATE_BYTES, Parameter, ProvisionerConfig, pod_template, values,
 };
 use crate::names::{
     BUILTIN_ENV, CONFIG_TYPE_VALUE, LABEL_CONFIG_CLASS, LABEL_CONFIG_TYPE, is_dns_subdomain,
@@ -41,7 +44,29 @@ const PATH_WORDS: &[&str] = &[
     "prefix",
 ];
 
+/// Parses with the default options (the controller's account as deploy/ has it).
 pub fn parse_config_map(cm: &ConfigMap, provisioner_name: &str) -> Verdict {
+    parse_config_map_with(cm, &ParseOptions::new(provisioner_name))
+}
+
+/// Parses and checks one ConfigMap. Never panics: a panic while checking (a bug) is
+/// contained and reported as an error of the ConfigMap, so one ConfigMap cannot stop the
+/// controller from serving the others.
+pub fn parse_config_map_with(cm: &ConfigMap, options: &ParseOptions) -> Verdict {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| parse(cm, options))).unwrap_or_else(
+        |_| Verdict::Checked {
+            config: None,
+            problems: vec![Problem::error(
+                None,
+                "checking this ConfigMap failed unexpectedly; this is a bug of flex-provisioner",
+                "please report it with the ConfigMap",
+            )],
+        },
+    )
+}
+
+fn parse(cm: &ConfigMap, options: &ParseOptions) -> Verdict {
+    let provisioner_name = options.provisioner_name.as_str();
     let data = cm.data.clone().unwrap_or_default();
     if let Some(plugin) = data.get("plugin-name").map(|p| p.trim())
         && plugin != provisioner_name
@@ -54,6 +79,8 @@ pub fn parse_config_map(cm: &ConfigMap, provisioner_name: &str) -> Verdict {
     }
     let mut p = Parser {
         problems: Vec::new(),
+        unsanitised: OptOut::default(),
+        template_bytes: 0,
     };
     let labels = cm.metadata.labels.clone().unwrap_or_default();
     let storage_class = p.discovery_labels(&labels);
@@ -65,6 +92,9 @@ pub fn parse_config_map(cm: &ConfigMap, provisioner_name: &str) -> Verdict {
         ));
     }
     let config = p.build(cm, &data, storage_class);
+    if let Some(c) = &config {
+        p.problems.extend(privilege::check(c, options));
+    }
     let has_errors = p.problems.iter().any(Problem::is_error);
     Verdict::Checked {
         config: if has_errors {
@@ -78,6 +108,9 @@ pub fn parse_config_map(cm: &ConfigMap, provisioner_name: &str) -> Verdict {
 
 struct Parser {
     problems: Vec<Problem>,
+    unsanitised: OptOut,
+    /// Template source seen so far, against `MAX_TEMPLATE_BYTES`.
+    template_bytes: usize,
 }
 
 impl Parser {
@@ -138,6 +171,22 @@ impl Parser {
 
     /// Compiles and lints one template; returns whether it reads `node.*`.
     fn template(&mut self, key: &str, source: &str) -> bool {
+        // A template over its own limit is refused by `compile`, and not counted here.
+        if source.len() <= template::MAX_SOURCE_BYTES {
+            let before = self.template_bytes;
+            self.template_bytes += source.len();
+            if self.template_bytes > MAX_TEMPLATE_BYTES {
+                // Reported once, at the key that crosses the limit; the rest are not parsed.
+                if before <= MAX_TEMPLATE_BYTES {
+                    self.err(
+                        key,
+                        format!("the ConfigMap's templates reach {} bytes here; at most {MAX_TEMPLATE_BYTES} are allowed in all", self.template_bytes),
+                        "a parameter needs a short value built from a few variables; put fixed data in the image or a mounted ConfigMap (pod-template)",
+                    );
+                }
+                return false;
+            }
+        }
         let compiled = match template::compile(source) {
             Ok(t) => t,
             Err(e) => {
@@ -155,6 +204,7 @@ impl Parser {
             }
         };
         let mut uses_node = false;
+        let path_like = is_path_like(key) || template::writes_slash(&compiled);
         for finding in template::lint(&compiled) {
             match finding {
                 Finding::UnknownVariable { path, known } => self.err(
@@ -175,12 +225,15 @@ impl Parser {
                             .join(", ")
                     ),
                 ),
-                Finding::UnsanitisedUserText { path } if is_path_like(key, source) => {
-                    self.problems.push(Problem::warning(
-                        Some(key),
-                        format!("`{path}` is free text chosen by the claim's author and goes into a path unsanitised (`../` or `/` would escape it)"),
-                        format!("wrap it: {{{{dnslabel {path}}}}}"),
-                    ));
+                Finding::UnsanitisedUserText { path } if path_like => {
+                    let base = base_key(key);
+                    if !self.unsanitised.allows(key) {
+                        self.err(
+                            key,
+                            format!("`{path}` is free text chosen by the claim's author and reaches this path-like value unsanitised: a `/` or `..` in it would escape the directory (path traversal)"),
+                            format!("wrap it: `{{{{dnslabel {path}}}}}`; or, if the image validates the value itself, list `{base}` in `{UNSANITISED_KEY}`"),
+                        );
+                    }
                 }
                 Finding::UnsanitisedUserText { .. } => {}
                 Finding::UsesNode { .. } => uses_node = true,
@@ -235,15 +288,26 @@ impl Parser {
             permanent_exit_codes: BTreeSet::from([DEFAULT_PERMANENT_EXIT_CODE]),
             node_local: false,
             pod_template: None,
+            allow_privileged: false,
             max_concurrent: None,
             parameters: BTreeMap::new(),
             node_users: Vec::new(),
         };
         let mut image = None;
         let mut envs: BTreeMap<String, String> = BTreeMap::new();
+        let parameters = data.keys().filter(|k| !is_reserved(k)).count();
+        let too_many = parameters > MAX_PARAMETERS;
+        if too_many {
+            self.problems.push(Problem::error(
+                None,
+                format!("the ConfigMap has {parameters} parameters; at most {MAX_PARAMETERS} are allowed, so none of them is checked"),
+                "hand the provisioner a few parameters; put fixed data in the image or a mounted ConfigMap (pod-template)",
+            ));
+        }
+        self.unsanitised = OptOut::read(data, &mut self.problems);
         for (key, raw) in data {
             match key.as_str() {
-                "plugin-name" => {}
+                "plugin-name" | UNSANITISED_KEY => {}
                 "image" => image = self.value(key, raw, values::image),
                 "service-account-name" => {
                     c.service_account = self.value(key, raw, |v| {
@@ -290,9 +354,13 @@ impl Parser {
                     c.node_local = self.value(key, raw, values::boolean).unwrap_or(false)
                 }
                 "pod-template" => c.pod_template = self.value(key, raw, pod_template::parse),
+                ALLOW_PRIVILEGED_KEY => {
+                    c.allow_privileged = self.value(key, raw, values::boolean).unwrap_or(false)
+                }
                 "max-concurrent" => {
                     c.max_concurrent = self.value(key, raw, |v| values::integer(v, 1, 10_000))
                 }
+                _ if too_many => {}
                 _ => {
                     debug_assert!(!is_reserved(key));
                     if let Some(param) = self.parameter(key, raw, &mut envs) {
@@ -304,6 +372,7 @@ impl Parser {
                 }
             }
         }
+        self.problems.extend(self.unsanitised.unneeded());
         if let Some(t) = &c.pod_template {
             for name in pod_template::env_names(t) {
                 if BUILTIN_ENV.contains(&name.as_str()) || envs.contains_key(&name) {
@@ -401,9 +470,11 @@ impl Parser {
     }
 }
 
-fn is_path_like(key: &str, source: &str) -> bool {
+/// A key whose name says it holds a path (its template may also show it, see
+/// `template::writes_slash`).
+fn is_path_like(key: &str) -> bool {
     let k = key.to_ascii_lowercase();
-    PATH_WORDS.iter().any(|w| k.contains(w)) || source.contains('/')
+    PATH_WORDS.iter().any(|w| k.contains(w))
 }
 
 fn fix_for(key: &str) -> String {

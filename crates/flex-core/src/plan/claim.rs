@@ -14,7 +14,7 @@ use crate::claim::{ClaimRequest, NodeInfo};
 use crate::config::ClassConfig;
 use crate::job::{JobOutcome, attempt_of, outcome, pod_failure, pods_of};
 use crate::names::{ANN_STORAGE_PROVISIONER, ANN_STORAGE_PROVISIONER_BETA, fnv1a32, pv_name};
-use crate::rendered::{Rendered, render_for_claim};
+use crate::rendered::{RenderFailure, Rendered, render_for_claim};
 use crate::volume::{PvCheck, pv_template, verify};
 
 /// Annotation on a provisioning Job: a hash of what the attempt was made from, so a
@@ -29,12 +29,8 @@ pub const ANN_GAVE_UP: &str = "flex-provisioner.io/gave-up";
 #[derive(Debug, Clone, Copy)]
 pub enum ConfigState<'a> {
     Ready(&'a ClassConfig),
-    /// The newest ConfigMap is invalid; the last valid configuration is still used.
-    Stale {
-        config: &'a ClassConfig,
-        problem: &'a str,
-    },
-    /// No usable configuration: no ConfigMap, or only invalid ones.
+    /// No usable configuration: no ConfigMap, or an invalid one (which blocks the class
+    /// until it is fixed, before and after a restart alike).
     Unusable(&'a str),
 }
 
@@ -81,8 +77,12 @@ pub enum Step {
     Throttled,
     /// The PV is right: add the bookkeeping it lacks, if any.
     Provisioned { patch: Option<Value> },
-    /// The PV is wrong for this claim: remove it so the next attempt can create it.
-    RemoveWrongPv,
+    /// The PV our attempt made is wrong for this claim: delete it (provided it still has
+    /// this uid); the volume controller cleans its storage, then the next attempt starts.
+    RemoveWrongPv { uid: String },
+    /// A wrong PV is being removed: look again shortly (its disappearance may not come
+    /// back to this claim as an event: its claimRef may name another claim).
+    AwaitPvRemoval,
     /// Wait before attempt `next_attempt`.
     Backoff { next_attempt: u32, wait: Duration },
     /// The Job succeeded but the cache shows no PV: ask the API server before judging the
@@ -151,6 +151,18 @@ pub fn inputs_hash(config: &ClassConfig, claim: &ClaimRequest) -> String {
     let digest = sha2::Sha256::digest(canonical.to_string().as_bytes());
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
     format!("{INPUTS_FORM}-{hex}")
+}
+
+/// Whether a PV could have been made by one of this claim's provisioning Jobs: it was
+/// created no earlier than the first of them. One created before any Job ran (e.g. planted
+/// under the name we would use) is someone else's, and we never delete what we did not make.
+fn made_by_attempt(pv: &PersistentVolume, jobs: &[&Job]) -> bool {
+    let Some(created) = pv.metadata.creation_timestamp.as_ref() else {
+        return false;
+    };
+    jobs.iter()
+        .filter_map(|j| j.metadata.creation_timestamp.as_ref())
+        .any(|started| started.0 <= created.0)
 }
 
 fn is_ours(claim: &PersistentVolumeClaim, provisioner: &str) -> bool {
@@ -277,6 +289,16 @@ fn pod_notices(attempt: u32, pods: &[&Pod]) -> Vec<Notice> {
 }
 
 pub fn plan_claim(i: &ClaimInputs<'_>) -> Plan {
+    plan_claim_with(i, None)
+}
+
+/// `plan_claim` with the claim's templates already rendered, e.g. by
+/// `RenderRequest::render` inside `tokio::task::spawn_blocking`, from the same configuration,
+/// claim and node as `i`. `None` renders here, on the calling thread.
+pub fn plan_claim_with(
+    i: &ClaimInputs<'_>,
+    rendered: Option<Result<Rendered, RenderFailure>>,
+) -> Plan {
     let stage = stage(i.claim);
     if stage == Stage::Other || !is_ours(i.claim, i.provisioner_name) {
         return plan(Step::Ignore, vec![]);
@@ -310,20 +332,6 @@ pub fn plan_claim(i: &ClaimInputs<'_>) -> Plan {
     let mut notices = Vec::new();
     let config = match i.config {
         ConfigState::Ready(c) => c,
-        ConfigState::Stale { config, problem } => {
-            let message = format!(
-                "{problem}; new attempts use the last valid configuration until it is fixed"
-            );
-            notices.push(
-                Notice::warning(
-                    format!("config/{}", short_hash(&message)),
-                    reasons::CONFIG_INVALID,
-                    message,
-                )
-                .action("Configure"),
-            );
-            config
-        }
         ConfigState::Unusable(problem) => {
             notices.push(
                 Notice::warning(
@@ -339,7 +347,9 @@ pub fn plan_claim(i: &ClaimInputs<'_>) -> Plan {
     if config.class.waits_for_consumer() && request.selected_node.is_none() {
         return plan(Step::WaitForNode, notices);
     }
-    let rendered = match render_for_claim(config, &request, i.node, i.provisioner_name) {
+    let rendered =
+        rendered.unwrap_or_else(|| render_for_claim(config, &request, i.node, i.provisioner_name));
+    let rendered = match rendered {
         Ok(r) => r,
         Err(e) => {
             let message = format!("cannot provision this claim: {e}");
@@ -394,7 +404,19 @@ pub fn plan_claim(i: &ClaimInputs<'_>) -> Plan {
                         let d = i.now.duration_since(t.0);
                         !d.is_negative() && d.unsigned_abs() < ANNOUNCE_WITHIN
                     });
-                if stage == Stage::Pending || recent {
+                let announce = stage == Stage::Pending || recent;
+                // A volume no Job of ours could have made gets neither our records (which
+                // would later tell a deprovision Job what to destroy) nor a success notice.
+                if (announce || patch.is_some()) && !made_by_attempt(pv, &i.jobs) {
+                    let pv_uid = pv.metadata.uid.clone().unwrap_or_default();
+                    notices.push(Notice::warning(
+                        format!("foreign-pv/{pv_uid}"),
+                        reasons::FAILED,
+                        format!("PersistentVolume {} exists but was not made by a provisioning Job of this claim; it is left alone, gets no records of ours and is never deprovisioned by us: an admin should inspect it", pv_name(&request.uid)),
+                    ).about(pv).action("Verify"));
+                    return plan(Step::Blocked, notices);
+                }
+                if announce {
                     notices.push(
                         Notice::normal(
                             format!("succeeded/{}", request.uid),
@@ -411,14 +433,28 @@ pub fn plan_claim(i: &ClaimInputs<'_>) -> Plan {
             PvCheck::Wrong(_) if matches!(latest_outcome, Some(JobOutcome::Running)) => {
                 plan(Step::Running { attempt }, notices)
             }
-            PvCheck::Wrong(why) => {
+            // Removal requested: the volume controller cleans its storage and drops our
+            // finalizer; its disappearance brings this claim back.
+            PvCheck::Wrong(_) if pv.metadata.deletion_timestamp.is_some() => {
+                plan(Step::AwaitPvRemoval, notices)
+            }
+            PvCheck::Wrong(why) if made_by_attempt(pv, &i.jobs) => {
                 let pv_uid = pv.metadata.uid.clone().unwrap_or_default();
                 notices.push(Notice::warning(
                     format!("wrong-pv/{pv_uid}"),
                     reasons::FAILED,
-                    format!("attempt {attempt}: PersistentVolume {} was created, but {why}; it is removed and provisioning retried", pv_name(&request.uid)),
+                    format!("attempt {attempt}: PersistentVolume {} was created, but {why}; it is removed and provisioning retried (its storage is cleaned first unless the class retains volumes)", pv_name(&request.uid)),
                 ).about(pv).action("Verify"));
-                plan(Step::RemoveWrongPv, notices)
+                plan(Step::RemoveWrongPv { uid: pv_uid }, notices)
+            }
+            PvCheck::Wrong(why) => {
+                let pv_uid = pv.metadata.uid.clone().unwrap_or_default();
+                notices.push(Notice::warning(
+                    format!("foreign-pv/{pv_uid}"),
+                    reasons::FAILED,
+                    format!("PersistentVolume {} exists but was not made by a provisioning Job of this claim, and {why}; it is left alone and this claim cannot be provisioned until an admin inspects and deletes it", pv_name(&request.uid)),
+                ).about(pv).action("Verify"));
+                plan(Step::Blocked, notices)
             }
         };
     }

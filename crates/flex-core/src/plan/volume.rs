@@ -1,133 +1,266 @@
-//! The next step for a PV we provisioned: nothing while it serves a claim; for a released
-//! `Delete` volume, a deprovision Job (retried with backoff until the storage is gone), then
-//! the PV removed; for `Retain`, nothing run, our finalizer removed when the PV is deleted.
+//! The state machine of one PV we provisioned. Storage is destroyed only when (a) the PV is
+//! `Released` and the claim its claimRef names (by uid) is confirmed gone by the API server,
+//! or (b) someone deleted the PV, its policy is `Delete`, and no live claim is bound to it.
+//! Every other state (Available, Pending, Bound, Failed, a cleared or changed claimRef)
+//! runs nothing. The plan carries complete effects: the Job to create, or the one write to
+//! make with its precondition.
 
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use serde_json::{Value, json};
 
 use super::retry::{delay_after, wait_remaining};
 use super::{Notice, reasons};
-use crate::job::{JobOutcome, attempt_of, outcome, pods_of};
-use crate::names::{ANN_PROVISIONED_BY, FINALIZER_DEPROVISION};
+use crate::job::{JobOutcome, attempt_of, deprovision_job, outcome, pods_of};
+use crate::names::{ANN_PROVISIONED_BY, ANN_VOLUME_UID, FINALIZER_DEPROVISION};
+use crate::volume::recorded_recipe;
 
 /// Set on a PV once its storage is gone (with our finalizer removed in the same write), so
 /// a restarted controller never deprovisions twice.
 pub const ANN_DEPROVISIONED: &str = "flex-provisioner.io/deprovisioned";
 
+/// How often a running deprovision Job is looked at besides its watch events.
+pub const RUNNING_RECHECK: Duration = Duration::from_secs(30);
+
 pub struct VolumeInputs<'a> {
     pub pv: &'a PersistentVolume,
     pub provisioner_name: &'a str,
-    /// The claim named in claimRef exists with that uid (read from the API, not a cache:
-    /// a wrong "gone" would destroy data).
-    pub claim_alive: bool,
+    /// The claim at the PV's claimRef namespace/name, if one exists (whatever its uid).
+    pub claim: Option<&'a PersistentVolumeClaim>,
+    /// `claim` was read from the API server for this decision. A cache may lag behind, so
+    /// only the API server's answer may lead to storage being destroyed.
+    pub claim_confirmed: bool,
     /// A provisioning Job of the claim is still running (its pod may still be working).
     pub provisioning: bool,
     /// Deprovision Jobs of this PV, and their pods.
     pub jobs: Vec<&'a Job>,
     pub pods: Vec<&'a Pod>,
     pub retry_base: Duration,
+    pub job_ttl_seconds: i32,
     pub now: jiff::Timestamp,
+}
+
+/// Where a PV is in its life, as far as we are concerned (the README's table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VolumeState {
+    /// Not provisioned by this provisioner.
+    NotOurs,
+    /// Its storage is gone (recorded on it); only the object is left to remove.
+    Deprovisioned,
+    /// A live claim (by uid) is bound to it.
+    InUse,
+    /// Deleted while its policy is `Retain`: the storage stays, the deletion may complete.
+    DeletedRetain,
+    /// Deleted, policy `Delete`, no live claim bound: the storage is to be destroyed.
+    DeletedDelete,
+    /// `Released` by the PV controller, policy `Delete`: destroyed once the claim is
+    /// confirmed gone.
+    Released,
+    /// Anything else: Available, Pending, Failed, Retain-released, claimRef cleared or
+    /// changed, a claim not yet bound. Nothing runs.
+    Idle,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum VolumeStep {
-    /// Not ours, or in use, or nothing to do yet.
+    /// Nothing to do until the PV, its claim or its Jobs change.
     Ignore,
-    /// Retain (or storage already gone): drop our finalizer so a deletion can complete.
-    ReleaseFinalizer,
-    /// Delete the PV object (its storage is gone).
-    DeletePv,
-    Start {
-        attempt: u32,
-    },
-    Running,
-    Backoff {
-        wait: Duration,
-    },
-    /// The storage is gone: mark it, drop our finalizer, delete the PV.
-    Finish,
+    /// The decision may destroy storage: read the claim from the API server, then plan again.
+    ConfirmClaim,
+    /// A Job runs, or a retry is due after this long.
+    Wait(Duration),
+    /// Start a deprovision Job (an existing one of the same name is adopted).
+    CreateJob(Box<Job>),
+    /// A merge patch carrying `metadata.resourceVersion`: it fails with 409 if the PV changed.
+    Patch(Value),
+    /// The storage is gone: record it and drop our finalizer (a patch as above).
+    Finish(Value),
+    /// Delete the PV object, provided it still has this uid.
+    Delete { uid: String },
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct VolumePlan {
+    pub state: VolumeState,
     pub step: VolumeStep,
     pub notices: Vec<Notice>,
 }
 
-fn plan(step: VolumeStep, notices: Vec<Notice>) -> VolumePlan {
-    VolumePlan { step, notices }
-}
-
-pub fn plan_volume(i: &VolumeInputs<'_>) -> VolumePlan {
-    let meta = &i.pv.metadata;
-    let annotations = meta.annotations.clone().unwrap_or_default();
-    if annotations.get(ANN_PROVISIONED_BY).map(String::as_str) != Some(i.provisioner_name) {
-        return plan(VolumeStep::Ignore, vec![]);
-    }
-    let deleting = meta.deletion_timestamp.is_some();
-    let has_finalizer = meta
+fn has_finalizer(pv: &PersistentVolume) -> bool {
+    pv.metadata
         .finalizers
         .iter()
         .flatten()
-        .any(|f| f == FINALIZER_DEPROVISION);
-    let spec = i.pv.spec.clone().unwrap_or_default();
-    let phase =
-        i.pv.status
-            .as_ref()
-            .and_then(|s| s.phase.clone())
-            .unwrap_or_default();
-    if annotations.contains_key(ANN_DEPROVISIONED) {
-        return plan(
-            if has_finalizer {
-                VolumeStep::ReleaseFinalizer
-            } else if deleting {
-                VolumeStep::Ignore
-            } else {
-                VolumeStep::DeletePv
-            },
-            vec![],
-        );
+        .any(|f| f == FINALIZER_DEPROVISION)
+}
+
+/// Our finalizer removed (and `annotations` added) under the PV's resourceVersion.
+fn finalizer_patch(pv: &PersistentVolume, annotations: Value) -> Value {
+    let others: Vec<&String> = pv
+        .metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .filter(|f| *f != FINALIZER_DEPROVISION)
+        .collect();
+    let mut meta = json!({"finalizers": others, "resourceVersion": pv.metadata.resource_version});
+    if annotations.as_object().is_some_and(|a| !a.is_empty()) {
+        meta["annotations"] = annotations;
+    }
+    json!({ "metadata": meta })
+}
+
+pub fn state_of(i: &VolumeInputs<'_>) -> VolumeState {
+    let pv = i.pv;
+    let meta = &pv.metadata;
+    let annotation = |k: &str| meta.annotations.as_ref().and_then(|a| a.get(k));
+    if annotation(ANN_PROVISIONED_BY).map(String::as_str) != Some(i.provisioner_name) {
+        return VolumeState::NotOurs;
+    }
+    if annotation(ANN_DEPROVISIONED).is_some() {
+        return VolumeState::Deprovisioned;
+    }
+    let spec = pv.spec.clone().unwrap_or_default();
+    let claim_ref = spec.claim_ref.unwrap_or_default();
+    let ref_uid = claim_ref.uid.unwrap_or_default();
+    let pv_name = meta.name.as_deref().unwrap_or_default();
+    let phase = pv.status.as_ref().and_then(|s| s.phase.as_deref());
+    let deleting = meta.deletion_timestamp.is_some();
+    // A cache is believed only about a PV Kubernetes shows bound and nobody deleted: there a
+    // stale "alive" merely postpones, and a later phase change brings the PV back. Anywhere
+    // else the claim counts as unknown until the API server is asked.
+    let trusted = i.claim_confirmed || (phase == Some("Bound") && !deleting);
+    let claim = i.claim.filter(|_| trusted);
+    let claim_alive = !ref_uid.is_empty()
+        && claim.is_some_and(|c| c.metadata.uid.as_deref() == Some(ref_uid.as_str()));
+    let bound_here = claim_alive
+        && claim
+            .and_then(|c| c.spec.as_ref()?.volume_name.as_deref())
+            .is_some_and(|v| v == pv_name);
+    if bound_here {
+        return VolumeState::InUse;
     }
     let policy = spec
         .persistent_volume_reclaim_policy
         .as_deref()
         .unwrap_or("Delete");
-    if policy != "Delete" {
-        // Retain: the storage stays for the admin; only a deletion needs our finalizer gone.
-        return plan(
-            if deleting && has_finalizer {
-                VolumeStep::ReleaseFinalizer
-            } else {
-                VolumeStep::Ignore
-            },
-            vec![],
-        );
+    match (deleting, policy, phase) {
+        (true, "Delete", _) => VolumeState::DeletedDelete,
+        (true, _, _) => VolumeState::DeletedRetain,
+        (false, "Delete", Some("Released")) if !ref_uid.is_empty() && !claim_alive => {
+            VolumeState::Released
+        }
+        _ => VolumeState::Idle,
     }
-    // In use: never touch storage a live claim is bound to, even if the PV was deleted
-    // (Kubernetes keeps such a PV until the claim lets go).
-    let released = phase == "Released" || phase == "Failed" || !i.claim_alive;
-    if !released || (i.claim_alive && phase == "Bound") {
-        return plan(VolumeStep::Ignore, vec![]);
+}
+
+pub fn plan_volume(i: &VolumeInputs<'_>) -> VolumePlan {
+    let state = state_of(i);
+    let done = |step| VolumePlan {
+        state,
+        step,
+        notices: vec![],
+    };
+    let pv = i.pv;
+    let deleting = pv.metadata.deletion_timestamp.is_some();
+    match state {
+        VolumeState::NotOurs | VolumeState::InUse | VolumeState::Idle => done(VolumeStep::Ignore),
+        VolumeState::Deprovisioned if has_finalizer(pv) => {
+            done(VolumeStep::Patch(finalizer_patch(pv, json!({}))))
+        }
+        VolumeState::Deprovisioned if !deleting => done(VolumeStep::Delete {
+            uid: pv.metadata.uid.clone().unwrap_or_default(),
+        }),
+        VolumeState::Deprovisioned => done(VolumeStep::Ignore),
+        VolumeState::DeletedRetain if has_finalizer(pv) => {
+            done(VolumeStep::Patch(finalizer_patch(pv, json!({}))))
+        }
+        VolumeState::DeletedRetain => done(VolumeStep::Ignore),
+        // Someone removed our finalizer: the object is going; running a Job now would race
+        // with nothing left to record its outcome on.
+        VolumeState::DeletedDelete if !has_finalizer(pv) => done(VolumeStep::Ignore),
+        VolumeState::DeletedDelete | VolumeState::Released => {
+            let mut p = deprovision(i);
+            p.state = state;
+            if matches!(p.step, VolumeStep::CreateJob(_)) && !i.claim_confirmed {
+                p.step = VolumeStep::ConfirmClaim;
+            }
+            p
+        }
     }
+}
+
+/// Storage to be destroyed: wait for a provisioning pod still at work, then run the
+/// deprovision Job until it succeeds, retrying failures with growing delays.
+fn deprovision(i: &VolumeInputs<'_>) -> VolumePlan {
+    let pv = i.pv;
+    let plan = |step, notices| VolumePlan {
+        state: VolumeState::Released,
+        step,
+        notices,
+    };
     if i.provisioning {
-        return plan(VolumeStep::Running, vec![]);
+        return plan(VolumeStep::Wait(RUNNING_RECHECK), vec![]);
     }
-    let pv_name = meta.name.clone().unwrap_or_default();
-    let latest = i.jobs.iter().copied().max_by_key(|j| attempt_of(j));
-    let Some(job) = latest else {
-        return plan(VolumeStep::Start { attempt: 1 }, vec![]);
+    let pv_name = pv.metadata.name.clone().unwrap_or_default();
+    let create = |attempt: u32, mut notices: Vec<Notice>| match recorded_recipe(pv) {
+        Ok(recipe) => plan(
+            VolumeStep::CreateJob(Box::new(deprovision_job(
+                pv,
+                recipe,
+                i.provisioner_name,
+                attempt,
+                i.job_ttl_seconds,
+            ))),
+            notices,
+        ),
+        Err(why) => {
+            notices.push(
+                Notice::warning(
+                    format!("no-recipe/{pv_name}"),
+                    reasons::VOLUME_FAILED_DELETE,
+                    format!(
+                        "cannot deprovision {pv_name}: {why}; the volume is kept (delete its storage by hand, then remove the finalizer {FINALIZER_DEPROVISION})"
+                    ),
+                )
+                .action("Deprovision"),
+            );
+            plan(VolumeStep::Ignore, notices)
+        }
+    };
+    // Jobs of an earlier PV of the same name only take up attempt numbers (Job names).
+    let pv_uid = pv.metadata.uid.as_deref().unwrap_or_default();
+    let mine = |j: &&&Job| {
+        j.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANN_VOLUME_UID))
+            .is_some_and(|u| u == pv_uid)
+    };
+    let Some(job) = i
+        .jobs
+        .iter()
+        .filter(mine)
+        .copied()
+        .max_by_key(|j| attempt_of(j))
+    else {
+        let taken = i.jobs.iter().map(|j| attempt_of(j)).max().unwrap_or(0);
+        return create(taken + 1, vec![]);
     };
     let attempt = attempt_of(job);
-    let uid = job.metadata.uid.clone().unwrap_or_default();
     let pods = pods_of(job, &i.pods);
     match outcome(job, &pods) {
-        JobOutcome::Running => plan(VolumeStep::Running, vec![]),
-        JobOutcome::Succeeded => plan(VolumeStep::Finish, vec![]),
+        JobOutcome::Running => plan(VolumeStep::Wait(RUNNING_RECHECK), vec![]),
+        JobOutcome::Succeeded => plan(
+            VolumeStep::Finish(finalizer_patch(pv, json!({ ANN_DEPROVISIONED: "true" }))),
+            vec![],
+        ),
         JobOutcome::Failed { message, at, .. } => {
             let wait = delay_after(attempt, i.retry_base);
             let remaining = wait_remaining(attempt, i.retry_base, at, i.now);
+            let uid = job.metadata.uid.clone().unwrap_or_default();
             let notice = Notice::warning(
                 format!("delete-failed/{uid}"),
                 reasons::VOLUME_FAILED_DELETE,
@@ -140,14 +273,9 @@ pub fn plan_volume(i: &VolumeInputs<'_>) -> VolumePlan {
             .about(job)
             .action("Deprovision");
             if remaining.is_zero() {
-                plan(
-                    VolumeStep::Start {
-                        attempt: attempt + 1,
-                    },
-                    vec![notice],
-                )
+                create(attempt + 1, vec![notice])
             } else {
-                plan(VolumeStep::Backoff { wait: remaining }, vec![notice])
+                plan(VolumeStep::Wait(remaining), vec![notice])
             }
         }
     }

@@ -114,13 +114,14 @@ value_helper!(Default, |h| {
     let fallback = text(h, 1)?;
     match h.param(0) {
         Some(p) if !p.is_value_missing() && !p.value().is_null() && p.value().render() != "" => {
+            within_budget(h, p.value().render().len())?;
             Ok(ScopedJson::Derived(p.value().clone()))
         }
-        _ => string(fallback),
+        _ => bounded(h, fallback),
     }
 });
-value_helper!(Lower, |h| string(text(h, 0)?.to_lowercase()));
-value_helper!(Upper, |h| string(text(h, 0)?.to_uppercase()));
+value_helper!(Lower, |h| bounded(h, text(h, 0)?.to_lowercase()));
+value_helper!(Upper, |h| bounded(h, text(h, 0)?.to_uppercase()));
 value_helper!(Trunc, |h| {
     let s = text(h, 0)?;
     string(s.chars().take(number(h, 1)?).collect())
@@ -133,9 +134,11 @@ value_helper!(DnsLabel, |h| {
     };
     string(sanitize_dns_label(&text(h, 0)?, max))
 });
-/// Refuses a helper result over the output budget before it is built.
+/// Refuses a helper result over the per-value cap *before* it is built (a `replace` of a
+/// 200 KB annotation could otherwise ask for gigabytes), and checks the claim's clock.
 fn within_budget(h: &Helper<'_>, bytes: usize) -> Result<(), RenderError> {
     if bytes > super::MAX_OUTPUT_BYTES {
+        super::budget::trip(super::Exceeded::Value);
         return Err(RenderErrorReason::Other(format!(
             "helper `{}` would make a value of {bytes} bytes; at most {} are allowed",
             h.name(),
@@ -143,7 +146,13 @@ fn within_budget(h: &Helper<'_>, bytes: usize) -> Result<(), RenderError> {
         ))
         .into());
     }
-    Ok(())
+    super::budget::charge(0).map_err(|e| RenderErrorReason::Other(e.message()).into())
+}
+
+/// A helper's text result, within the per-value cap.
+fn bounded<'rc>(h: &Helper<'_>, s: String) -> Out<'rc> {
+    within_budget(h, s.len())?;
+    string(s)
 }
 
 value_helper!(Replace, |h| {
@@ -171,4 +180,4 @@ value_helper!(Join, |h| {
     };
     string(joined)
 });
-value_helper!(Json, |h| string(required(h, 0)?.value().to_string()));
+value_helper!(Json, |h| bounded(h, required(h, 0)?.value().to_string()));

@@ -1,6 +1,6 @@
 //! What a template may do, so that no ConfigMap and no claim can crash, hang or exhaust the
 //! controller: no partials, inline partials or decorators (they allow recursion), bounded
-//! nesting and size, and an output budget enforced while rendering.
+//! nesting and size. The budget enforced while rendering is in `budget`.
 
 use handlebars::template::{Parameter, Template, TemplateElement};
 
@@ -9,6 +9,9 @@ use super::TemplateError;
 /// Largest template source, in bytes: far beyond any real parameter, small enough that
 /// checking one stays quick.
 pub const MAX_SOURCE_BYTES: usize = 16 * 1024;
+/// Most expressions (`{{...}}`) in one template. The parser's time grows with expressions
+/// times length, so both are bounded before it runs; real parameters use a handful.
+pub const MAX_EXPRESSIONS: usize = 256;
 /// Deepest nesting of blocks (`{{#each}}` in `{{#if}}`...) and of subexpressions.
 pub const MAX_NESTING: usize = 8;
 /// Largest rendered value of one parameter, in bytes (values become env vars and arguments).
@@ -20,6 +23,12 @@ pub fn check_source(source: &str) -> Result<(), TemplateError> {
         return Err(TemplateError::Limit(format!(
             "the template is {} bytes; at most {MAX_SOURCE_BYTES} are allowed",
             source.len()
+        )));
+    }
+    let expressions = source.matches("{{").count();
+    if expressions > MAX_EXPRESSIONS {
+        return Err(TemplateError::Limit(format!(
+            "the template has {expressions} expressions (`{{{{...}}}}`); at most {MAX_EXPRESSIONS} are allowed"
         )));
     }
     let mut depth = 0usize;
@@ -82,21 +91,3 @@ fn walk(elements: &[TemplateElement], depth: usize) -> Result<(), TemplateError>
 fn name_is_dynamic(p: &Parameter) -> bool {
     matches!(p, Parameter::Subexpression(_))
 }
-
-/// An output that refuses to grow past `MAX_OUTPUT_BYTES`, so rendering stops as soon as the
-/// budget is spent rather than after building an arbitrarily large value.
-#[derive(Default)]
-pub struct Budgeted(pub String);
-
-impl handlebars::Output for Budgeted {
-    fn write(&mut self, seg: &str) -> std::io::Result<()> {
-        if self.0.len() + seg.len() > MAX_OUTPUT_BYTES {
-            return Err(std::io::Error::other(OVER_BUDGET));
-        }
-        self.0.push_str(seg);
-        Ok(())
-    }
-}
-
-/// The message of the writer's error, recognised when mapping render errors.
-pub const OVER_BUDGET: &str = "rendered value over budget";

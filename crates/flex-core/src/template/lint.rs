@@ -102,42 +102,88 @@ pub enum Finding {
 /// Walks a compiled template and reports every finding.
 pub fn lint(template: &Template) -> Vec<Finding> {
     let mut findings = Vec::new();
-    walk(&template.elements, &mut findings, Scope::Root, false);
+    walk(&template.elements, &mut findings, &[Scope::Root], false);
     findings.dedup();
     findings
 }
 
-#[derive(Clone, Copy, PartialEq)]
-enum Scope {
-    /// Paths resolve against the root context.
-    Root,
-    /// Inside `each`/`with`: relative paths are relative to an item we cannot type.
-    Nested,
+/// Whether the template's literal text holds a `/` (the template builds a path). Only the
+/// text counts: every block's closing tag `{{/if}}` has one too.
+pub fn writes_slash(template: &Template) -> bool {
+    fn any(elements: &[TemplateElement]) -> bool {
+        elements.iter().any(|e| match e {
+            TemplateElement::RawString(s) => s.contains('/'),
+            TemplateElement::HelperBlock(ht) => [&ht.template, &ht.inverse]
+                .into_iter()
+                .flatten()
+                .any(|t| any(&t.elements)),
+            _ => false,
+        })
+    }
+    any(&template.elements)
 }
 
-fn walk(elements: &[TemplateElement], out: &mut Vec<Finding>, scope: Scope, sanitised: bool) {
+/// What relative paths resolve against, innermost last.
+#[derive(Clone, Copy, PartialEq)]
+enum Scope {
+    /// The root context, whose shape is `SCHEMA`.
+    Root,
+    /// Inside `each`/`with` over data no claim author wrote (class parameters, access
+    /// modes...): items we cannot type, so nothing is checked.
+    Nested,
+    /// Inside `each`/`with` over a claim's labels or annotations, or over something that
+    /// holds them (`claim`, `this` at the root): every item and `@key` is the user's text.
+    User,
+}
+
+/// Helpers whose arguments never reach the output as text: they test or count them.
+const NOT_OUTPUT: &[&str] = &[
+    "if", "unless", "each", "with", "eq", "ne", "gt", "gte", "lt", "lte", "and", "or", "not", "len",
+];
+
+/// Helpers whose result is safe as a path component whatever their argument.
+const SANITISERS: &[&str] = &["dnslabel"];
+
+fn walk(elements: &[TemplateElement], out: &mut Vec<Finding>, scopes: &[Scope], sanitised: bool) {
     for element in elements {
         match element {
             TemplateElement::Expression(ht) | TemplateElement::HtmlExpression(ht) => {
-                helper(ht, out, scope, sanitised);
+                helper(ht, out, scopes, sanitised);
             }
             TemplateElement::HelperBlock(ht) => {
-                helper(ht, out, scope, sanitised);
+                helper(ht, out, scopes, sanitised);
                 let name = name_of(&ht.name);
-                let inner = if matches!(name.as_deref(), Some("each" | "with")) {
-                    Scope::Nested
-                } else {
-                    scope
-                };
+                let mut inner = scopes.to_vec();
+                if matches!(name.as_deref(), Some("each" | "with")) {
+                    inner.push(match ht.params.first() {
+                        Some(p) => classify(p, scopes),
+                        None => Scope::Nested,
+                    });
+                }
                 if let Some(t) = &ht.template {
-                    walk(&t.elements, out, inner, sanitised);
+                    walk(&t.elements, out, &inner, sanitised);
                 }
                 if let Some(t) = &ht.inverse {
-                    walk(&t.elements, out, scope, sanitised);
+                    walk(&t.elements, out, scopes, sanitised);
                 }
             }
             _ => {}
         }
+    }
+}
+
+/// The scope a block over `p` opens: `User` exactly when `p`, output unsanitised, would
+/// be reported as the user's text.
+fn classify(p: &Parameter, scopes: &[Scope]) -> Scope {
+    let mut probe = Vec::new();
+    parameter(p, &mut probe, scopes, false);
+    if probe
+        .iter()
+        .any(|f| matches!(f, Finding::UnsanitisedUserText { .. }))
+    {
+        Scope::User
+    } else {
+        Scope::Nested
     }
 }
 
@@ -153,55 +199,103 @@ fn is_known_helper(name: &str) -> bool {
     HELPERS.iter().any(|(h, _)| *h == name) || BUILTIN_HELPERS.contains(&name)
 }
 
-fn helper(ht: &HelperTemplate, out: &mut Vec<Finding>, scope: Scope, sanitised: bool) {
+fn helper(ht: &HelperTemplate, out: &mut Vec<Finding>, scopes: &[Scope], sanitised: bool) {
     let is_call = !ht.params.is_empty() || !ht.hash.is_empty() || ht.block;
     if is_call {
         let name = name_of(&ht.name).unwrap_or_default();
         if !is_known_helper(&name) {
             out.push(Finding::UnknownHelper { name: name.clone() });
         }
-        let sanitises = sanitised || matches!(name.as_str(), "dnslabel" | "json");
+        let sanitises =
+            sanitised || SANITISERS.contains(&name.as_str()) || NOT_OUTPUT.contains(&name.as_str());
         for p in ht.params.iter().chain(ht.hash.values()) {
-            parameter(p, out, scope, sanitises);
+            parameter(p, out, scopes, sanitises);
         }
     } else {
-        parameter(&ht.name, out, scope, sanitised);
+        parameter(&ht.name, out, scopes, sanitised);
     }
 }
 
-fn parameter(p: &Parameter, out: &mut Vec<Finding>, scope: Scope, sanitised: bool) {
+fn user_text(raw: &str, out: &mut Vec<Finding>, sanitised: bool) {
+    if !sanitised {
+        let path = if raw.is_empty() { "this" } else { raw };
+        out.push(Finding::UnsanitisedUserText {
+            path: path.to_owned(),
+        });
+    }
+}
+
+fn parameter(p: &Parameter, out: &mut Vec<Finding>, scopes: &[Scope], sanitised: bool) {
+    let innermost = scopes.last().copied().unwrap_or(Scope::Root);
     match p {
         Parameter::Path(Path::Relative((segs, raw))) => {
-            // `@root` comes as a grammar-rule segment whose type is private; the raw text says it.
+            // `@root` and `..` come as grammar-rule segments whose type is private; the raw
+            // text says which.
             let rooted = raw.starts_with("@root");
-            let named = if rooted { &segs[1..] } else { &segs[..] };
-            let names: Option<Vec<&str>> = named
+            let ups = if rooted {
+                0
+            } else {
+                segs.iter()
+                    .filter(|s| !matches!(s, PathSeg::Named(_)))
+                    .count()
+            };
+            let scope = if rooted {
+                Scope::Root
+            } else {
+                // More `..` than blocks resolves against the root, as Handlebars does.
+                scopes
+                    .len()
+                    .checked_sub(1 + ups)
+                    .map_or(Scope::Root, |i| scopes[i])
+            };
+            let names: Vec<&str> = segs
                 .iter()
-                .map(|s| match s {
+                .filter_map(|s| match s {
                     PathSeg::Named(n) => Some(n.as_str()),
                     _ => None,
                 })
                 .collect();
-            // `this`, `..`: relative to a block item; nothing to check against.
-            let Some(names) = names else { return };
-            if scope == Scope::Nested && !rooted {
-                return;
+            match scope {
+                Scope::Root => check_path(raw, &names, out, sanitised),
+                Scope::User => user_text(raw, out, sanitised),
+                Scope::Nested => {}
             }
-            check_path(raw, &names, out, sanitised);
         }
-        Parameter::Name(n) if scope == Scope::Root => {
-            check_path(n, &[n.as_str()], out, sanitised);
+        // `@key` of a loop over the user's map is the user's text (`@index`, `@first` and
+        // `@last` are numbers and booleans). `with` inherits `@key`, so any user scope counts.
+        Parameter::Path(Path::Local((_, name, raw)))
+            if name == "key" && scopes.contains(&Scope::User) =>
+        {
+            user_text(raw, out, sanitised);
         }
+        Parameter::Name(n) => match innermost {
+            Scope::Root => check_path(n, &[n.as_str()], out, sanitised),
+            Scope::User => user_text(n, out, sanitised),
+            Scope::Nested => {}
+        },
         Parameter::Subexpression(sub) => {
             if let TemplateElement::Expression(ht) = sub.element.as_ref() {
-                helper(ht, out, scope, sanitised);
+                helper(ht, out, scopes, sanitised);
             }
         }
         _ => {}
     }
 }
 
+/// Whether a field is, or holds, text a claim's author chose.
+fn holds_user_text(field: &Field) -> bool {
+    match field {
+        Map { user_controlled } => *user_controlled,
+        Object(children) => children.iter().any(|(_, f)| holds_user_text(f)),
+        Value | List => false,
+    }
+}
+
 fn check_path(raw: &str, names: &[&str], out: &mut Vec<Finding>, sanitised: bool) {
+    if names.is_empty() {
+        // `this` at the root: the whole context, labels and annotations included.
+        return user_text(raw, out, sanitised);
+    }
     let mut fields: &[(&str, Field)] = SCHEMA;
     let mut prefix = String::new();
     for (i, name) in names.iter().enumerate() {
@@ -219,18 +313,21 @@ fn check_path(raw: &str, names: &[&str], out: &mut Vec<Finding>, sanitised: bool
         }
         prefix.push_str(name);
         prefix.push('.');
+        let last = names.len() == i + 1;
         match field {
+            // A whole object that holds user text (`{{json claim}}`) carries it along.
+            Object(_) if last && holds_user_text(field) => {
+                return user_text(raw, out, sanitised);
+            }
             Object(children) => fields = children,
             Map { user_controlled } => {
-                if *user_controlled && !sanitised && names.len() > i + 1 {
-                    out.push(Finding::UnsanitisedUserText {
-                        path: raw.to_owned(),
-                    });
+                if *user_controlled {
+                    user_text(raw, out, sanitised);
                 }
                 return;
             }
             Value | List => {
-                if names.len() > i + 1 {
+                if !last {
                     out.push(Finding::UnknownVariable {
                         path: raw.to_owned(),
                         known: vec![prefix.trim_end_matches('.').to_owned()],

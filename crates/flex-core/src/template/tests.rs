@@ -229,7 +229,9 @@ fn output_is_bounded_while_rendering() {
     let c = ctx_with_annotations(2_000, 10);
     let src =
         "{{#each claim.annotations}}{{#each @root.claim.annotations}}{{this}}{{/each}}{{/each}}";
-    let e = render(src, &c).unwrap_err();
+    // A clock that cannot run out first, however slow the machine: this is about bytes.
+    let mut budget = Budget::with_limits(std::time::Duration::from_secs(600), usize::MAX);
+    let e = render_within(src, &c, &mut budget).unwrap_err();
     assert!(
         matches!(&e, TemplateError::Limit(m) if m.contains("over 65536 bytes")),
         "{e:?}"
@@ -251,4 +253,109 @@ fn output_is_bounded_while_rendering() {
         render("{{replace claim.name \"a\" \"o\"}}", &ctx()).unwrap(),
         "doto"
     );
+}
+
+/// Our `each` (which charges the budget) keeps Handlebars' semantics.
+#[test]
+fn each_behaves_as_handlebars_each() {
+    assert_eq!(
+        r("{{#each claim.accessModes}}{{@index}}:{{this}}{{#if @first}}!{{/if}}{{#if @last}}.{{/if}} {{/each}}").unwrap(),
+        "0:ReadWriteOnce! 1:ReadOnlyMany. "
+    );
+    assert_eq!(
+        r("{{#each claim.accessModes as |m i|}}{{i}}={{m}};{{/each}}").unwrap(),
+        "0=ReadWriteOnce;1=ReadOnlyMany;"
+    );
+    assert_eq!(
+        r("{{#each class.parameters as |v k|}}{{k}}={{v}} {{@key}} {{@index}}{{/each}}").unwrap(),
+        "tier=2 tier 0"
+    );
+    assert_eq!(
+        r("{{#each claim.labels}}{{@key}}={{this}}/{{../claim.name}}/{{@root.volume.name}}{{/each}}")
+            .unwrap(),
+        "team=Blue Team/data/pvc-u-1"
+    );
+    assert_eq!(
+        r("{{#each class.parameters}}{{#with @root.claim}}{{@key}}:{{name}}{{/with}}{{/each}}")
+            .unwrap(),
+        "tier:data"
+    );
+    assert_eq!(
+        r("{{#each class.mountOptions}}{{this}}{{else}}none{{/each}}").unwrap(),
+        "noatimenfsvers=4.1"
+    );
+    let mut empty = class();
+    empty.mount_options.clear();
+    let c = build_context(&claim(), &empty, None, "p", "v");
+    assert_eq!(
+        render(
+            "{{#each class.mountOptions}}{{this}}{{else}}none{{/each}}",
+            &c
+        )
+        .unwrap(),
+        "none"
+    );
+    assert_eq!(
+        render("{{#each class.mountOptions}}x{{/each}}", &c).unwrap(),
+        ""
+    );
+    assert_eq!(
+        r("{{#each claim.labels.missing}}x{{/each}}").unwrap_err(),
+        TemplateError::MissingVariable("claim.labels.missing".into())
+    );
+}
+
+#[test]
+fn one_budget_is_shared_by_every_render_it_is_given_to() {
+    let mut budget = Budget::with_limits(MAX_RENDER_TIME, 10);
+    assert_eq!(
+        render_within("{{claim.name}}", &ctx(), &mut budget).unwrap(),
+        "data"
+    );
+    assert_eq!(
+        render_within("{{claim.uid}}", &ctx(), &mut budget).unwrap(),
+        "u-1"
+    );
+    // 7 of 10 bytes spent: the next 4 do not fit.
+    let e = render_within("{{claim.name}}", &ctx(), &mut budget).unwrap_err();
+    assert!(
+        matches!(&e, TemplateError::Limit(m) if m.contains("together")),
+        "{e:?}"
+    );
+    assert_eq!(e.category(), "limit");
+}
+
+#[test]
+fn the_time_budget_stops_loops_that_write_nothing() {
+    let c = ctx_with_annotations(2_000, 1);
+    let src = "{{#each claim.annotations}}{{#each @root.claim.annotations}}{{#each @root.claim.annotations}}{{/each}}{{/each}}{{/each}}";
+    let started = std::time::Instant::now();
+    let e = render(src, &c).unwrap_err();
+    assert!(
+        matches!(&e, TemplateError::Limit(m) if m.contains("took over 100 ms")),
+        "{e:?}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(3));
+    // An exhausted clock also stops helpers and plain text.
+    let mut spent = Budget::with_limits(std::time::Duration::ZERO, usize::MAX);
+    std::thread::sleep(std::time::Duration::from_millis(1));
+    let e = render_within("x", &ctx(), &mut spent).unwrap_err();
+    assert!(matches!(e, TemplateError::Limit(_)), "{e:?}");
+}
+
+#[test]
+fn a_panic_while_rendering_is_an_error_not_an_abort() {
+    let e = contained(|| -> () { panic!("boom") }).unwrap_err();
+    assert!(
+        matches!(&e, TemplateError::Internal(m) if m.contains("boom") && m.contains("bug")),
+        "{e:?}"
+    );
+    assert_eq!(e.category(), "internal");
+    // The thread's budget slot is free again after a panic unwound through a render.
+    let mut budget = Budget::new();
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _installed = budget::Installed::new(&mut budget);
+        panic!("inside a render");
+    }));
+    assert_eq!(budget::charge(usize::MAX), Ok(()));
 }

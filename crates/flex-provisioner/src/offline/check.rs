@@ -10,7 +10,9 @@ use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::files::read_documents;
 use crate::Error;
-use crate::config::{ClassConfig, Problem, Severity, StorageClassInfo, Verdict, parse_config_map};
+use crate::config::{
+    ClassConfig, ParseOptions, Problem, Severity, StorageClassInfo, Verdict, parse_config_map_with,
+};
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct CheckReport {
@@ -40,6 +42,17 @@ impl CheckReport {
 /// Checks every ConfigMap in `files`. Unreadable files are errors of the report, not of the
 /// call, so one bad file does not hide the findings about the others.
 pub fn check_files(files: &[PathBuf], classes: &[PathBuf], provisioner_name: &str) -> CheckReport {
+    check_files_with(files, classes, &ParseOptions::new(provisioner_name))
+}
+
+/// `check_files` with every parse option (e.g. a controller that does not run as deploy/'s
+/// `flex-provisioner/flex-provisioner` service account).
+pub fn check_files_with(
+    files: &[PathBuf],
+    classes: &[PathBuf],
+    options: &ParseOptions,
+) -> CheckReport {
+    let provisioner_name = options.provisioner_name.as_str();
     let mut report = CheckReport::default();
     let mut config_maps: Vec<(String, ConfigMap)> = Vec::new();
     let mut storage_classes: BTreeMap<String, StorageClass> = BTreeMap::new();
@@ -75,7 +88,7 @@ pub fn check_files(files: &[PathBuf], classes: &[PathBuf], provisioner_name: &st
             cm.metadata.name.as_deref().unwrap_or_default()
         );
         report.config_maps += 1;
-        match parse_config_map(cm, provisioner_name) {
+        match parse_config_map_with(cm, options) {
             Verdict::Ignored { reason } => {
                 report.lines.push(format!("{origin}: ignored: {reason}"));
             }

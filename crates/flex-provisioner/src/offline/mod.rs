@@ -5,6 +5,6 @@ mod check;
 mod files;
 mod render;
 
-pub use check::{CheckReport, check_files};
+pub use check::{CheckReport, check_files, check_files_with};
 pub use files::{Document, parse_documents, read_documents};
 pub use render::{RenderInput, render_files, render_objects};

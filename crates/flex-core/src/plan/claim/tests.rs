@@ -84,7 +84,8 @@ fn pod(job_uid: &str, status: Value) -> Pod {
 }
 
 fn pv(claim_uid: &str) -> PersistentVolume {
-    serde_json::from_value(json!({"metadata": {"name": format!("pvc-{UID}"), "uid": "pv-1"},
+    serde_json::from_value(json!({"metadata": {"name": format!("pvc-{UID}"), "uid": "pv-1",
+                                              "creationTimestamp": "2026-01-01T00:00:03Z"},
         "spec": {"claimRef": {"namespace": "a", "name": "data", "uid": claim_uid}, "storageClassName": "silver",
                  "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "volumeMode": "Filesystem"}}))
     .unwrap()
@@ -221,18 +222,16 @@ fn unservable_claims_and_configurations_block_with_a_reason() {
 }
 
 #[test]
-fn a_stale_configuration_is_used_with_a_warning() {
+fn an_invalid_configuration_blocks_the_class_with_its_problem() {
     let cfg = config(json!({}), "Immediate");
     let c = Case {
-        config: ConfigState::Stale {
-            config: &cfg,
-            problem: "ConfigMap ns/c is invalid",
-        },
+        config: ConfigState::Unusable("ConfigMap ns/c is invalid: bad key"),
         ..case(&cfg)
     };
     let p = run(&c);
-    assert_eq!(starts(&p), Some(1));
-    assert!(p.notices[0].message.contains("last valid configuration"));
+    assert_eq!(p.step, Step::Blocked);
+    assert_eq!(p.notices[0].reason, reasons::CONFIG_INVALID);
+    assert!(p.notices[0].message.contains("bad key"), "{:?}", p.notices);
 }
 
 #[test]
@@ -311,8 +310,62 @@ fn a_right_pv_is_provisioned_and_a_wrong_one_removed() {
         ..case(&cfg)
     };
     let p = run(&c);
-    assert_eq!(p.step, Step::RemoveWrongPv);
+    assert_eq!(p.step, Step::RemoveWrongPv { uid: "pv-1".into() });
     assert!(p.notices[0].message.contains("claimRef"), "{:?}", p.notices);
+    // A right-looking PV planted before any Job of ours ran gets no records and no success.
+    let mut planted = pv(UID);
+    planted.metadata.creation_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            "2025-12-31T00:00:00Z".parse().unwrap(),
+        ));
+    let c = Case {
+        jobs: vec![job(1, complete("2026-01-01T00:00:04Z"), "h1")],
+        pv: Some(planted.clone()),
+        ..case(&cfg)
+    };
+    let p = run(&c);
+    assert_eq!(p.step, Step::Blocked);
+    assert!(
+        p.notices.iter().all(|n| n.reason != reasons::SUCCEEDED),
+        "{:?}",
+        p.notices
+    );
+    let c = Case {
+        pv: Some(planted),
+        ..case(&cfg)
+    };
+    assert_eq!(run(&c).step, Step::Blocked, "nor before any Job ran");
+    // Once its removal was asked for, the deletion is waited for, not asked again.
+    let mut deleting = pv("someone-else");
+    deleting.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            "2026-01-01T00:00:05Z".parse().unwrap(),
+        ));
+    let c = Case {
+        jobs: vec![job(1, complete("2026-01-01T00:00:04Z"), "h1")],
+        pv: Some(deleting),
+        ..case(&cfg)
+    };
+    assert_eq!(run(&c).step, Step::AwaitPvRemoval);
+    // A wrong PV that existed before any Job of the claim ran was not made by us: it is
+    // reported and left alone.
+    let mut planted = pv("someone-else");
+    planted.metadata.creation_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            "2025-12-31T00:00:00Z".parse().unwrap(),
+        ));
+    let c = Case {
+        jobs: vec![job(1, complete("2026-01-01T00:00:04Z"), "h1")],
+        pv: Some(planted),
+        ..case(&cfg)
+    };
+    let p = run(&c);
+    assert_eq!(p.step, Step::Blocked);
+    assert!(
+        p.notices.iter().any(|n| n.message.contains("left alone")),
+        "{:?}",
+        p.notices
+    );
     // While the Job still runs, a wrong PV may yet be fixed by it: wait.
     let c = Case {
         jobs: vec![job(1, json!({}), "h1")],

@@ -1,37 +1,56 @@
-//! The volume planner: what runs, and above all what never runs (storage in use, Retain).
+//! The volume state machine, transition by transition: what runs, and above all what never
+//! runs (storage in use, a cleared or changed claimRef, Retain, a cache's word alone).
 
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use serde_json::{Value, json};
 
 use super::*;
+use crate::names::ANN_DEPROVISION_SPEC;
 
 const P: &str = "flex-provisioner.io/job";
+const DELETED: &str = "2026-01-01T00:00:00Z";
+
+fn recipe() -> String {
+    json!({"namespace": "cfg", "config": "cfg/c", "image": "img:1", "timeoutSeconds": 60,
+           "retries": 0, "permanentExitCodes": []})
+    .to_string()
+}
 
 fn pv(policy: &str, phase: &str, extra: Value) -> PersistentVolume {
     let mut v = json!({
-        "metadata": {"name": "pvc-u1", "annotations": {"pv.kubernetes.io/provisioned-by": P},
+        "metadata": {"name": "pvc-u1", "uid": "pv-uid", "resourceVersion": "7",
+                     "annotations": {"pv.kubernetes.io/provisioned-by": P, ANN_DEPROVISION_SPEC: recipe()},
                      "finalizers": ["flex-provisioner.io/deprovision", "kubernetes.io/pv-protection"]},
         "spec": {"persistentVolumeReclaimPolicy": policy, "claimRef": {"namespace": "a", "name": "c", "uid": "u1"}},
         "status": {"phase": phase}
     });
-    json_merge(&mut v, &extra);
+    merge(&mut v, &extra);
     serde_json::from_value(v).unwrap()
 }
 
-fn json_merge(a: &mut Value, b: &Value) {
+fn merge(a: &mut Value, b: &Value) {
     if let (Value::Object(a), Value::Object(b)) = (a, b) {
         for (k, v) in b {
             match a.get_mut(k) {
-                Some(x) if x.is_object() && v.is_object() => json_merge(x, v),
+                Some(x) if x.is_object() && v.is_object() => merge(x, v),
                 _ => {
                     a.insert(k.clone(), v.clone());
                 }
             }
         }
     }
+}
+
+/// The claim `a/c` with this uid, bound to `volume` (empty: not bound).
+fn claim(uid: &str, volume: &str) -> PersistentVolumeClaim {
+    serde_json::from_value(
+        json!({"metadata": {"name": "c", "namespace": "a", "uid": uid},
+        "spec": {"volumeName": volume}}),
+    )
+    .unwrap()
 }
 
 fn job(attempt: u32, condition: Option<(&str, &str)>) -> Job {
@@ -41,153 +60,433 @@ fn job(attempt: u32, condition: Option<(&str, &str)>) -> Job {
             "lastTransitionTime": "2026-01-01T00:00:00Z"}]});
     }
     serde_json::from_value(json!({"metadata": {"name": format!("deprovision-pvc-u1-{attempt}"), "uid": format!("j{attempt}"),
-        "labels": {"flex-provisioner.io/attempt": attempt.to_string()}}, "status": status}))
+        "labels": {"flex-provisioner.io/attempt": attempt.to_string()},
+        "annotations": {ANN_VOLUME_UID: "pv-uid"}}, "status": status}))
     .unwrap()
 }
 
-fn step(pv: &PersistentVolume, claim_alive: bool, jobs: Vec<&Job>) -> VolumeStep {
+/// A Job of an earlier PV that had the same name.
+fn old_job(attempt: u32) -> Job {
+    let mut j = job(attempt, Some(("Complete", "CompletionsReached")));
+    j.metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(ANN_VOLUME_UID.into(), "earlier-pv".into());
+    j
+}
+
+/// One row: the PV, the claim at its claimRef, whether the API server said so, the Jobs.
+struct Case<'a> {
+    name: &'a str,
+    pv: PersistentVolume,
+    claim: Option<PersistentVolumeClaim>,
+    confirmed: bool,
+    jobs: Vec<Job>,
+    state: VolumeState,
+    step: Expect,
+}
+
+#[derive(Debug)]
+enum Expect {
+    Ignore,
+    Confirm,
+    Wait(u64),
+    Job(u32),
+    DropFinalizer,
+    Finish,
+    Delete,
+}
+
+fn run(c: &Case<'_>, now: &str, provisioning: bool) -> VolumePlan {
     plan_volume(&VolumeInputs {
-        pv,
+        pv: &c.pv,
         provisioner_name: P,
-        claim_alive,
-        provisioning: false,
-        jobs,
+        claim: c.claim.as_ref(),
+        claim_confirmed: c.confirmed,
+        provisioning,
+        jobs: c.jobs.iter().collect(),
         pods: vec![],
         retry_base: Duration::from_secs(10),
-        now: "2026-01-01T00:00:05Z".parse().unwrap(),
+        job_ttl_seconds: 60,
+        now: now.parse().unwrap(),
     })
-    .step
+}
+
+fn check(c: &Case<'_>, p: &VolumePlan) {
+    assert_eq!(p.state, c.state, "{}: state", c.name);
+    let ok = match (&c.step, &p.step) {
+        (Expect::Ignore, VolumeStep::Ignore) | (Expect::Confirm, VolumeStep::ConfirmClaim) => true,
+        (Expect::Wait(s), VolumeStep::Wait(d)) => d.as_secs() == *s,
+        (Expect::Job(n), VolumeStep::CreateJob(j)) => {
+            attempt_of(j) == *n && j.metadata.namespace.as_deref() == Some("cfg")
+        }
+        (Expect::DropFinalizer, VolumeStep::Patch(patch)) => {
+            patch["metadata"]["finalizers"] == json!(["kubernetes.io/pv-protection"])
+                && patch["metadata"]["resourceVersion"] == "7"
+        }
+        (Expect::Finish, VolumeStep::Finish(patch)) => {
+            patch["metadata"]["finalizers"] == json!(["kubernetes.io/pv-protection"])
+                && patch["metadata"]["resourceVersion"] == "7"
+                && patch["metadata"]["annotations"][ANN_DEPROVISIONED] == "true"
+        }
+        (Expect::Delete, VolumeStep::Delete { uid }) => uid == "pv-uid",
+        _ => false,
+    };
+    assert!(ok, "{}: expected {:?}, got {:?}", c.name, c.step, p.step);
+}
+
+fn deleted() -> Value {
+    json!({"metadata": {"deletionTimestamp": DELETED}})
+}
+
+fn marked(extra: Value) -> Value {
+    let mut v = json!({"metadata": {"annotations": {ANN_DEPROVISIONED: "true"}}});
+    merge(&mut v, &extra);
+    v
 }
 
 #[test]
-fn storage_in_use_is_never_touched() {
-    assert_eq!(
-        step(&pv("Delete", "Bound", json!({})), true, vec![]),
-        VolumeStep::Ignore
-    );
-    let deleted_while_bound = pv(
-        "Delete",
-        "Bound",
-        json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}),
-    );
-    assert_eq!(step(&deleted_while_bound, true, vec![]), VolumeStep::Ignore);
-    assert_eq!(
-        step(&pv("Delete", "Pending", json!({})), true, vec![]),
-        VolumeStep::Ignore,
-        "a new PV of a live claim"
-    );
+fn every_transition_of_the_volume_state_machine() {
+    use Expect::*;
+    use VolumeState as S;
+    let bound = || claim("u1", "pvc-u1");
+    let cases = vec![
+        Case {
+            name: "another provisioner's PV",
+            pv: pv(
+                "Delete",
+                "Released",
+                json!({"metadata": {"annotations": {"pv.kubernetes.io/provisioned-by": "example.com/x"}}}),
+            ),
+            claim: None,
+            confirmed: true,
+            jobs: vec![],
+            state: S::NotOurs,
+            step: Ignore,
+        },
+        Case {
+            name: "bound to its live claim",
+            pv: pv("Delete", "Bound", json!({})),
+            claim: Some(bound()),
+            confirmed: false,
+            jobs: vec![],
+            state: S::InUse,
+            step: Ignore,
+        },
+        Case {
+            name: "deleted while bound (confirmed)",
+            pv: pv("Delete", "Bound", deleted()),
+            claim: Some(bound()),
+            confirmed: true,
+            jobs: vec![],
+            state: S::InUse,
+            step: Ignore,
+        },
+        Case {
+            name: "deleted while bound, cache only: ask first",
+            pv: pv("Delete", "Bound", deleted()),
+            claim: Some(bound()),
+            confirmed: false,
+            jobs: vec![],
+            state: S::DeletedDelete,
+            step: Confirm,
+        },
+        Case {
+            name: "new PV of a pending claim",
+            pv: pv("Delete", "Pending", json!({})),
+            claim: Some(claim("u1", "")),
+            confirmed: true,
+            jobs: vec![],
+            state: S::Idle,
+            step: Ignore,
+        },
+        Case {
+            name: "Available: claim deleted before binding",
+            pv: pv("Delete", "Available", json!({})),
+            claim: None,
+            confirmed: true,
+            jobs: vec![],
+            state: S::Idle,
+            step: Ignore,
+        },
+        Case {
+            name: "claimRef cleared by an admin",
+            pv: pv("Delete", "Available", json!({"spec": {"claimRef": null}})),
+            claim: None,
+            confirmed: true,
+            jobs: vec![],
+            state: S::Idle,
+            step: Ignore,
+        },
+        Case {
+            name: "claimRef changed to another live claim",
+            pv: pv(
+                "Delete",
+                "Bound",
+                json!({"spec": {"claimRef": {"uid": "u2"}}}),
+            ),
+            claim: Some(claim("u2", "other")),
+            confirmed: true,
+            jobs: vec![],
+            state: S::Idle,
+            step: Ignore,
+        },
+        Case {
+            name: "claimRef without uid (pre-bound by name)",
+            pv: pv(
+                "Delete",
+                "Released",
+                json!({"spec": {"claimRef": {"uid": null}}}),
+            ),
+            claim: None,
+            confirmed: true,
+            jobs: vec![],
+            state: S::Idle,
+            step: Ignore,
+        },
+        Case {
+            name: "Failed phase",
+            pv: pv("Delete", "Failed", json!({})),
+            claim: None,
+            confirmed: true,
+            jobs: vec![],
+            state: S::Idle,
+            step: Ignore,
+        },
+        Case {
+            name: "Retain, released",
+            pv: pv("Retain", "Released", json!({})),
+            claim: None,
+            confirmed: true,
+            jobs: vec![],
+            state: S::Idle,
+            step: Ignore,
+        },
+        Case {
+            name: "Retain, deleted",
+            pv: pv("Retain", "Released", deleted()),
+            claim: None,
+            confirmed: false,
+            jobs: vec![],
+            state: S::DeletedRetain,
+            step: DropFinalizer,
+        },
+        Case {
+            name: "Retain, deleted, finalizer gone",
+            pv: pv(
+                "Retain",
+                "Released",
+                json!({"metadata": {"deletionTimestamp": DELETED, "finalizers": ["kubernetes.io/pv-protection"]}}),
+            ),
+            claim: None,
+            confirmed: false,
+            jobs: vec![],
+            state: S::DeletedRetain,
+            step: Ignore,
+        },
+        Case {
+            name: "released, cache says gone: ask first",
+            pv: pv("Delete", "Released", json!({})),
+            claim: None,
+            confirmed: false,
+            jobs: vec![],
+            state: S::Released,
+            step: Confirm,
+        },
+        Case {
+            name: "released, cache says alive: ask anyway",
+            pv: pv("Delete", "Released", json!({})),
+            claim: Some(claim("u1", "")),
+            confirmed: false,
+            jobs: vec![],
+            state: S::Released,
+            step: Confirm,
+        },
+        Case {
+            name: "released, confirmed gone",
+            pv: pv("Delete", "Released", json!({})),
+            claim: None,
+            confirmed: true,
+            jobs: vec![],
+            state: S::Released,
+            step: Job(1),
+        },
+        Case {
+            name: "released, claim re-created under the same name",
+            pv: pv("Delete", "Released", json!({})),
+            claim: Some(claim("u9", "")),
+            confirmed: true,
+            jobs: vec![],
+            state: S::Released,
+            step: Job(1),
+        },
+        Case {
+            name: "released by a stale phase, claim confirmed alive",
+            pv: pv("Delete", "Released", json!({})),
+            claim: Some(claim("u1", "")),
+            confirmed: true,
+            jobs: vec![],
+            state: S::Idle,
+            step: Ignore,
+        },
+        Case {
+            name: "deleted, not bound (a wrong PV), confirmed",
+            pv: pv("Delete", "Available", deleted()),
+            claim: Some(claim("u1", "")),
+            confirmed: true,
+            jobs: vec![],
+            state: S::DeletedDelete,
+            step: Job(1),
+        },
+        Case {
+            name: "deleted, our finalizer removed by someone",
+            pv: pv(
+                "Delete",
+                "Released",
+                json!({"metadata": {"deletionTimestamp": DELETED, "finalizers": []}}),
+            ),
+            claim: None,
+            confirmed: true,
+            jobs: vec![],
+            state: S::DeletedDelete,
+            step: Ignore,
+        },
+        Case {
+            name: "deprovision Job running",
+            pv: pv("Delete", "Released", json!({})),
+            claim: None,
+            confirmed: false,
+            jobs: vec![job(1, None)],
+            state: S::Released,
+            step: Wait(30),
+        },
+        Case {
+            name: "deprovision Job succeeded",
+            pv: pv("Delete", "Released", json!({})),
+            claim: None,
+            confirmed: false,
+            jobs: vec![job(1, Some(("Complete", "CompletionsReached")))],
+            state: S::Released,
+            step: Finish,
+        },
+        Case {
+            name: "deprovision failed, backoff",
+            pv: pv("Delete", "Released", json!({})),
+            claim: None,
+            confirmed: false,
+            jobs: vec![job(1, Some(("Failed", "BackoffLimitExceeded")))],
+            state: S::Released,
+            step: Wait(6),
+        },
+        Case {
+            name: "an earlier PV's success is not ours",
+            pv: pv("Delete", "Released", json!({})),
+            claim: None,
+            confirmed: true,
+            jobs: vec![old_job(1), old_job(2)],
+            state: S::Released,
+            step: Job(3),
+        },
+        Case {
+            name: "storage gone: drop the finalizer",
+            pv: pv("Delete", "Released", marked(json!({}))),
+            claim: None,
+            confirmed: false,
+            jobs: vec![],
+            state: S::Deprovisioned,
+            step: DropFinalizer,
+        },
+        Case {
+            name: "storage gone, finalizer dropped: delete the PV",
+            pv: pv(
+                "Delete",
+                "Released",
+                marked(json!({"metadata": {"finalizers": ["kubernetes.io/pv-protection"]}})),
+            ),
+            claim: None,
+            confirmed: false,
+            jobs: vec![],
+            state: S::Deprovisioned,
+            step: Delete,
+        },
+        Case {
+            name: "storage gone, PV being deleted",
+            pv: pv(
+                "Delete",
+                "Released",
+                marked(json!({"metadata": {"deletionTimestamp": DELETED, "finalizers": []}})),
+            ),
+            claim: None,
+            confirmed: false,
+            jobs: vec![],
+            state: S::Deprovisioned,
+            step: Ignore,
+        },
+    ];
+    for c in &cases {
+        check(c, &run(c, "2026-01-01T00:00:04Z", false));
+    }
 }
 
 #[test]
-fn other_provisioners_volumes_are_ignored() {
-    let theirs = pv(
-        "Delete",
-        "Released",
-        json!({"metadata": {"annotations": {"pv.kubernetes.io/provisioned-by": "example.com/x"}}}),
-    );
-    assert_eq!(step(&theirs, false, vec![]), VolumeStep::Ignore);
-}
-
-#[test]
-fn retain_runs_nothing_and_lets_a_deletion_complete() {
-    assert_eq!(
-        step(&pv("Retain", "Released", json!({})), false, vec![]),
-        VolumeStep::Ignore
-    );
-    let deleted = pv(
-        "Retain",
-        "Released",
-        json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}),
-    );
-    assert_eq!(step(&deleted, false, vec![]), VolumeStep::ReleaseFinalizer);
-}
-
-#[test]
-fn released_delete_volumes_are_deprovisioned_then_removed() {
-    let released = pv("Delete", "Released", json!({}));
-    assert_eq!(
-        step(&released, false, vec![]),
-        VolumeStep::Start { attempt: 1 }
-    );
-    assert_eq!(
-        step(&pv("Delete", "Available", json!({})), false, vec![]),
-        VolumeStep::Start { attempt: 1 },
-        "claim deleted before binding"
-    );
-    let running = job(1, None);
-    assert_eq!(step(&released, false, vec![&running]), VolumeStep::Running);
-    let done = job(1, Some(("Complete", "CompletionsReached")));
-    assert_eq!(step(&released, false, vec![&done]), VolumeStep::Finish);
-    let waiting = plan_volume(&VolumeInputs {
-        pv: &released,
-        provisioner_name: P,
-        claim_alive: false,
-        provisioning: true,
+fn a_provisioning_pod_still_at_work_is_waited_for() {
+    let c = Case {
+        name: "provisioning",
+        pv: pv("Delete", "Released", json!({})),
+        claim: None,
+        confirmed: true,
         jobs: vec![],
-        pods: vec![],
-        retry_base: Duration::from_secs(10),
-        now: jiff::Timestamp::now(),
-    });
-    assert_eq!(
-        waiting.step,
-        VolumeStep::Running,
-        "a provisioning Job still running is waited for"
-    );
+        state: VolumeState::Released,
+        step: Expect::Wait(30),
+    };
+    check(&c, &run(&c, "2026-01-01T00:00:04Z", true));
 }
 
 #[test]
 fn failures_are_reported_and_retried_after_a_growing_delay() {
-    let released = pv("Delete", "Released", json!({}));
     let failed = job(1, Some(("Failed", "BackoffLimitExceeded")));
-    let p = plan_volume(&VolumeInputs {
-        pv: &released,
-        provisioner_name: P,
-        claim_alive: false,
-        provisioning: false,
-        jobs: vec![&failed],
-        pods: vec![],
-        retry_base: Duration::from_secs(10),
-        now: "2026-01-01T00:00:04Z".parse().unwrap(),
-    });
-    assert_eq!(
-        p.step,
-        VolumeStep::Backoff {
-            wait: Duration::from_secs(6)
-        }
-    );
-    assert_eq!(p.notices[0].reason, "VolumeFailedDelete");
-    assert!(
-        p.notices[0].message.contains("the volume is kept"),
-        "{}",
-        p.notices[0].message
-    );
     let second = job(2, Some(("Failed", "PodFailurePolicy")));
-    let p = plan_volume(&VolumeInputs {
-        pv: &released,
-        provisioner_name: P,
-        claim_alive: false,
-        provisioning: false,
-        jobs: vec![&failed, &second],
-        pods: vec![],
-        retry_base: Duration::from_secs(10),
-        now: "2026-01-01T00:00:30Z".parse().unwrap(),
-    });
-    assert_eq!(
-        p.step,
-        VolumeStep::Start { attempt: 3 },
-        "deprovisioning is retried even after a permanent code: the PV stays until its storage is gone"
-    );
+    let mut c = Case {
+        name: "first failure",
+        pv: pv("Delete", "Released", json!({})),
+        claim: None,
+        confirmed: false,
+        jobs: vec![failed],
+        state: VolumeState::Released,
+        step: Expect::Wait(6),
+    };
+    let p = run(&c, "2026-01-01T00:00:04Z", false);
+    check(&c, &p);
+    assert_eq!(p.notices[0].reason, "VolumeFailedDelete");
+    assert!(p.notices[0].message.contains("the volume is kept"));
+    c.jobs.push(second);
+    c.name = "due retry, cache only";
+    c.step = Expect::Confirm;
+    check(&c, &run(&c, "2026-01-01T00:00:30Z", false));
+    c.name = "due retry, confirmed: retried even after a permanent code";
+    c.confirmed = true;
+    c.step = Expect::Job(3);
+    check(&c, &run(&c, "2026-01-01T00:00:30Z", false));
 }
 
 #[test]
-fn a_recorded_success_is_never_run_again() {
-    let marked = pv(
-        "Delete",
-        "Released",
-        json!({"metadata": {"annotations": {ANN_DEPROVISIONED: "true"}}}),
-    );
-    assert_eq!(step(&marked, false, vec![]), VolumeStep::ReleaseFinalizer);
-    let mut released = marked.clone();
-    released.metadata.finalizers = Some(vec!["kubernetes.io/pv-protection".into()]);
-    assert_eq!(step(&released, false, vec![]), VolumeStep::DeletePv);
+fn a_volume_without_a_readable_record_is_kept_and_reported() {
+    let c = Case {
+        name: "no record",
+        pv: pv(
+            "Delete",
+            "Released",
+            json!({"metadata": {"annotations": {ANN_DEPROVISION_SPEC: "{not json"}}}),
+        ),
+        claim: None,
+        confirmed: true,
+        jobs: vec![],
+        state: VolumeState::Released,
+        step: Expect::Ignore,
+    };
+    let p = run(&c, "2026-01-01T00:00:04Z", false);
+    check(&c, &p);
+    assert_eq!(p.notices.len(), 1);
+    assert!(p.notices[0].message.contains("the volume is kept"));
 }
