@@ -1,5 +1,6 @@
-//! The controller's HTTP endpoints: `/healthz` (the process serves), `/readyz` (its caches
-//! have synced) and `/metrics`.
+//! The controller's HTTP endpoints: `/healthz` (the process serves), `/readyz` (the leader's
+//! caches have synced, or a standby can reach the API and waits for the Lease) and
+//! `/metrics`.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -15,7 +16,12 @@ use crate::metrics::Metrics;
 
 #[derive(Default)]
 pub struct Health {
+    /// This instance leads and its caches have synced.
     pub ready: AtomicBool,
+    /// This instance passed its start checks and waits for the leader Lease. A standby is
+    /// ready in Kubernetes' sense: were it not, a two-replica Deployment could never roll
+    /// out (a new standby would never become available).
+    pub standby: AtomicBool,
 }
 
 fn respond(code: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
@@ -33,6 +39,11 @@ fn route(path: &str, health: &Health, metrics: &Metrics) -> Response<Full<Bytes>
         "/readyz" if health.ready.load(Ordering::Relaxed) => {
             respond(StatusCode::OK, "text/plain", "ok".into())
         }
+        "/readyz" if health.standby.load(Ordering::Relaxed) => respond(
+            StatusCode::OK,
+            "text/plain",
+            "ok: standby, waiting for the leader Lease".into(),
+        ),
         "/readyz" => respond(
             StatusCode::SERVICE_UNAVAILABLE,
             "text/plain",

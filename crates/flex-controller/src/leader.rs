@@ -1,6 +1,8 @@
-//! Leader election on a coordination.k8s.io Lease: only the holder runs the controllers, so
-//! a second replica waits instead of acting twice; a holder that stops renewing is replaced
-//! once the lease expires.
+//! Leader election on a coordination.k8s.io Lease, timed as client-go's: only the holder
+//! runs the controllers; it renews every retry period and stops acting when it could not
+//! renew within the renew deadline (well before the lease duration, so it has stopped before
+//! anyone may take over); a standby judges expiry by its own clock, counting the lease
+//! duration from when it last saw the record change, never from the holder's timestamps.
 
 use std::time::Duration;
 
@@ -8,6 +10,12 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Client;
 use kube::api::{Api, ObjectMeta, PostParams};
+use tokio::time::Instant;
+
+/// client-go's defaults (and kube-controller-manager's).
+pub const LEASE_DURATION: Duration = Duration::from_secs(15);
+pub const RENEW_DEADLINE: Duration = Duration::from_secs(10);
+pub const RETRY_PERIOD: Duration = Duration::from_secs(2);
 
 #[derive(Debug, Clone)]
 pub struct LeaderOptions {
@@ -15,27 +23,89 @@ pub struct LeaderOptions {
     pub lease_name: String,
     /// This instance (the pod name in a cluster).
     pub identity: String,
+    /// How long a standby waits after the record last changed before taking over.
     pub lease_duration: Duration,
+    /// How long the holder keeps acting without a successful renewal.
+    pub renew_deadline: Duration,
+    /// How often the holder renews and a standby tries.
+    pub retry_period: Duration,
+}
+
+impl LeaderOptions {
+    /// client-go's timings for this instance.
+    pub fn new(namespace: &str, lease_name: &str, identity: &str) -> Self {
+        LeaderOptions {
+            namespace: namespace.into(),
+            lease_name: lease_name.into(),
+            identity: identity.into(),
+            lease_duration: LEASE_DURATION,
+            renew_deadline: RENEW_DEADLINE,
+            retry_period: RETRY_PERIOD,
+        }
+    }
+
+    /// The timings must leave the margins client-go insists on: the holder gives up
+    /// (renew deadline) before a standby may take over (lease duration), and retries several
+    /// times within the deadline.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.lease_duration <= self.renew_deadline {
+            return Err("the lease duration must be longer than the renew deadline".into());
+        }
+        if self.renew_deadline.as_secs_f64() <= 1.2 * self.retry_period.as_secs_f64() {
+            return Err("the renew deadline must be longer than 1.2 x the retry period".into());
+        }
+        Ok(())
+    }
 }
 
 fn now() -> MicroTime {
     MicroTime(jiff::Timestamp::now())
 }
 
-/// Whether the lease is free for `me`: absent holder, ours, or not renewed in time.
-fn available(spec: &LeaseSpec, me: &str) -> bool {
-    let holder = spec.holder_identity.as_deref().unwrap_or_default();
-    if holder.is_empty() || holder == me {
-        return true;
+/// What a standby last saw of the lease record, and when by its own clock.
+#[derive(Debug, Default)]
+pub struct Observer {
+    last: Option<(String, Instant)>,
+}
+
+/// The parts of the record that change on every renewal or hand-over.
+fn fingerprint(spec: &LeaseSpec) -> String {
+    format!(
+        "{}|{:?}|{:?}|{:?}",
+        spec.holder_identity.as_deref().unwrap_or_default(),
+        spec.renew_time.as_ref().map(|t| t.0),
+        spec.acquire_time.as_ref().map(|t| t.0),
+        spec.lease_transitions
+    )
+}
+
+impl Observer {
+    /// Notes the record as read at `at`; returns whether `me` may take the lease now: it is
+    /// free, ours, or its record has not changed for the lease duration it states.
+    pub fn may_take(&mut self, spec: &LeaseSpec, me: &str, at: Instant) -> bool {
+        let print = fingerprint(spec);
+        let seen_at = match &self.last {
+            Some((p, t)) if *p == print => *t,
+            _ => {
+                self.last = Some((print, at));
+                at
+            }
+        };
+        let holder = spec.holder_identity.as_deref().unwrap_or_default();
+        if holder.is_empty() || holder == me {
+            return true;
+        }
+        let duration = Duration::from_secs(spec.lease_duration_seconds.unwrap_or(15).max(1) as u64);
+        at.duration_since(seen_at) >= duration
     }
-    let duration = spec.lease_duration_seconds.unwrap_or(15).max(1) as i64;
-    spec.renew_time
-        .as_ref()
-        .is_none_or(|t| jiff::Timestamp::now().duration_since(t.0).as_secs() > duration)
 }
 
 /// One attempt to take or renew the lease; `Ok(true)` when we hold it afterwards.
-async fn try_hold(api: &Api<Lease>, o: &LeaderOptions) -> Result<bool, kube::Error> {
+async fn try_hold(
+    api: &Api<Lease>,
+    o: &LeaderOptions,
+    observer: &mut Observer,
+) -> Result<bool, kube::Error> {
     let seconds = o.lease_duration.as_secs().max(1) as i32;
     match api.get_opt(&o.lease_name).await? {
         None => {
@@ -61,7 +131,7 @@ async fn try_hold(api: &Api<Lease>, o: &LeaderOptions) -> Result<bool, kube::Err
         }
         Some(mut lease) => {
             let spec = lease.spec.get_or_insert_with(Default::default);
-            if !available(spec, &o.identity) {
+            if !observer.may_take(spec, &o.identity, Instant::now()) {
                 return Ok(false);
             }
             if spec.holder_identity.as_deref() != Some(o.identity.as_str()) {
@@ -84,11 +154,22 @@ async fn try_hold(api: &Api<Lease>, o: &LeaderOptions) -> Result<bool, kube::Err
     }
 }
 
+/// The retry period stretched by up to 20%, as client-go's jitter, so that standbys do not
+/// all ask at the same instant.
+fn jittered(period: Duration) -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    period + period.mul_f64(0.2 * (nanos % 1000) as f64 / 1000.0)
+}
+
 /// Waits until this instance holds the lease.
 pub async fn acquire(client: &Client, o: &LeaderOptions) {
     let api: Api<Lease> = Api::namespaced(client.clone(), &o.namespace);
+    let mut observer = Observer::default();
     loop {
-        match try_hold(&api, o).await {
+        match try_hold(&api, o, &mut observer).await {
             Ok(true) => {
                 tracing::info!(identity = %o.identity, "acquired leadership");
                 return;
@@ -96,29 +177,36 @@ pub async fn acquire(client: &Client, o: &LeaderOptions) {
             Ok(false) => tracing::debug!("another instance leads; waiting"),
             Err(e) => tracing::warn!(error = %e, "cannot read the leader lease"),
         }
-        tokio::time::sleep(o.lease_duration / 3).await;
+        tokio::time::sleep(jittered(o.retry_period)).await;
     }
 }
 
-/// Renews the lease until it cannot; returns when leadership is lost (the caller must stop
-/// acting at once: another instance may take over after the lease duration).
+/// Renews the lease every retry period; returns when leadership is lost, or when no renewal
+/// succeeded within the renew deadline (the caller must stop acting at once: a standby may
+/// take over once the lease duration has passed since the last renewal it saw).
 pub async fn hold(client: &Client, o: &LeaderOptions) {
     let api: Api<Lease> = Api::namespaced(client.clone(), &o.namespace);
-    let mut last_renewed = tokio::time::Instant::now();
+    let mut observer = Observer::default();
+    let mut last_renewed = Instant::now();
     loop {
-        tokio::time::sleep(o.lease_duration / 3).await;
-        match try_hold(&api, o).await {
-            Ok(true) => last_renewed = tokio::time::Instant::now(),
-            Ok(false) => {
+        tokio::time::sleep(o.retry_period).await;
+        let left = o.renew_deadline.saturating_sub(last_renewed.elapsed());
+        let attempt = tokio::time::timeout(left, try_hold(&api, o, &mut observer)).await;
+        match attempt {
+            Ok(Ok(true)) => last_renewed = Instant::now(),
+            Ok(Ok(false)) => {
                 tracing::error!("leadership lost to another instance");
                 return;
             }
-            // A failed renewal is tolerated until the lease would have expired.
-            Err(e) if last_renewed.elapsed() < o.lease_duration => {
+            Ok(Err(e)) if last_renewed.elapsed() < o.renew_deadline => {
                 tracing::warn!(error = %e, "cannot renew the leader lease")
             }
-            Err(e) => {
-                tracing::error!(error = %e, "leader lease expired without renewal");
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "no renewal of the leader lease within the renew deadline");
+                return;
+            }
+            Err(_) => {
+                tracing::error!("no renewal of the leader lease within the renew deadline");
                 return;
             }
         }
@@ -155,29 +243,56 @@ pub async fn release(client: &Client, o: &LeaderOptions) {
 mod tests {
     use super::*;
 
-    fn spec(holder: &str, renewed_secs_ago: i64) -> LeaseSpec {
+    fn spec(holder: &str, renewed: &str) -> LeaseSpec {
         LeaseSpec {
             holder_identity: Some(holder.into()),
             lease_duration_seconds: Some(15),
-            renew_time: Some(MicroTime(
-                jiff::Timestamp::now() - jiff::SignedDuration::from_secs(renewed_secs_ago),
-            )),
+            renew_time: Some(MicroTime(renewed.parse().unwrap())),
             ..Default::default()
         }
     }
 
     #[test]
-    fn a_lease_is_available_when_free_ours_or_expired() {
-        assert!(available(&LeaseSpec::default(), "me"));
-        assert!(available(&spec("me", 1), "me"));
+    fn expiry_is_judged_by_the_local_clock_from_the_last_change_seen() {
+        let t0 = Instant::now();
+        let mut o = Observer::default();
+        assert!(o.may_take(&LeaseSpec::default(), "me", t0), "a free lease");
         assert!(
-            !available(&spec("other", 1), "me"),
-            "a live holder keeps it"
+            o.may_take(&spec("me", "2026-01-01T00:00:00Z"), "me", t0),
+            "ours"
         );
-        assert!(!available(&spec("other", 14), "me"));
+        // The holder's clock says it renewed a day ago: that says nothing about now.
+        let stale_looking = spec("other", "2025-01-01T00:00:00Z");
+        let mut o = Observer::default();
         assert!(
-            available(&spec("other", 30), "me"),
-            "an expired holder is replaced"
+            !o.may_take(&stale_looking, "me", t0),
+            "first sight starts the count"
+        );
+        assert!(!o.may_take(&stale_looking, "me", t0 + Duration::from_secs(14)));
+        assert!(
+            o.may_take(&stale_looking, "me", t0 + Duration::from_secs(15)),
+            "unchanged for the lease duration: expired"
+        );
+        // A renewal seen restarts the count.
+        let mut o = Observer::default();
+        assert!(!o.may_take(&spec("other", "2026-01-01T00:00:00Z"), "me", t0));
+        let renewed = spec("other", "2026-01-01T00:00:02Z");
+        assert!(!o.may_take(&renewed, "me", t0 + Duration::from_secs(14)));
+        assert!(!o.may_take(&renewed, "me", t0 + Duration::from_secs(28)));
+        assert!(o.may_take(&renewed, "me", t0 + Duration::from_secs(29)));
+    }
+
+    #[test]
+    fn timings_keep_client_go_margins() {
+        assert!(LeaderOptions::new("ns", "l", "me").validate().is_ok());
+        let mut o = LeaderOptions::new("ns", "l", "me");
+        o.renew_deadline = o.lease_duration;
+        assert!(o.validate().is_err(), "the holder must give up first");
+        let mut o = LeaderOptions::new("ns", "l", "me");
+        o.retry_period = Duration::from_secs(9);
+        assert!(
+            o.validate().is_err(),
+            "several renewals within the deadline"
         );
     }
 }

@@ -113,6 +113,12 @@ pub struct RunArgs {
     /// Seconds a leader's Lease lasts without renewal before another instance takes over.
     #[arg(long, default_value_t = 15)]
     pub lease_seconds: u64,
+    /// Seconds the leader keeps acting without a successful renewal (less than the lease).
+    #[arg(long, default_value_t = 10)]
+    pub renew_deadline_seconds: u64,
+    /// Seconds between the leader's renewals and a standby's attempts.
+    #[arg(long, default_value_t = 2)]
+    pub retry_period_seconds: u64,
     #[command(flatten)]
     pub common: Common,
 }

@@ -54,13 +54,22 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 let client = kube::Client::try_default()
                     .await
                     .context("cannot reach the Kubernetes API (set KUBECONFIG, or run in a pod)")?;
+                let secs = std::time::Duration::from_secs;
                 let leader =
                     (!args.no_leader_elect).then(|| flex_provisioner::leader::LeaderOptions {
-                        namespace: args.config_namespaces[0].clone(),
-                        lease_name: "flex-provisioner".into(),
-                        identity: args.instance.clone(),
-                        lease_duration: std::time::Duration::from_secs(args.lease_seconds.max(3)),
+                        lease_duration: secs(args.lease_seconds),
+                        renew_deadline: secs(args.renew_deadline_seconds),
+                        retry_period: secs(args.retry_period_seconds),
+                        ..flex_provisioner::leader::LeaderOptions::new(
+                            &args.config_namespaces[0],
+                            "flex-provisioner",
+                            &args.instance,
+                        )
                     });
+                if let Some(l) = &leader {
+                    l.validate()
+                        .map_err(|e| anyhow::anyhow!("leader election timings: {e}"))?;
+                }
                 let opts = flex_provisioner::controller::Options {
                     provisioner_name: args.common.provisioner_name,
                     config_namespaces: args.config_namespaces,

@@ -321,3 +321,67 @@ async fn restarts_during_deprovisioning_deprovision_exactly_once() {
         assert_eq!(succeeded, 1, "exactly one successful deprovision of {n}");
     }
 }
+
+/// An admin clears the claimRef of a bound `Delete` volume (to re-use it), then deletes and
+/// re-creates the claim under the same name: the volume is merely Available, never
+/// Released, so for 30 s nothing is deprovisioned and the data is still there.
+#[tokio::test]
+async fn a_cleared_claim_ref_and_a_re_created_claim_destroy_nothing() {
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    hostpath_class(&sb, "reuse", "Delete").await;
+    let c = used_claim(&sb, "data", "reuse").await;
+    let pv_name = c.spec.unwrap().volume_name.unwrap();
+    let pvs = Api::<PersistentVolume>::all(sb.client().unwrap());
+    let dir = storage_dir(&sb, &pvs.get(&pv_name).await.unwrap());
+    std::fs::write(dir.join("data.txt"), "user data").unwrap();
+    pvs.patch(
+        &pv_name,
+        &Default::default(),
+        &kube::api::Patch::Merge(&json!({"spec": {"claimRef": null}})),
+    )
+    .await
+    .unwrap();
+    delete_claim_and_pod(&sb, "data").await;
+    let claims = Api::<PersistentVolumeClaim>::namespaced(sb.client().unwrap(), "default");
+    eventually(10, "the old claim to be gone", || async {
+        claims
+            .get_opt("data")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    claim(&sb, "data", "reuse").await;
+    let phase = || async {
+        pvs.get(&pv_name)
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.phase)
+            .unwrap_or_default()
+    };
+    eventually(
+        10,
+        "the PV controller to make the volume Available",
+        || async { (phase().await == "Available").then_some(()) },
+    )
+    .await;
+    for _ in 0..30 {
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        let pv = pvs.get(&pv_name).await.unwrap();
+        assert!(
+            pv.metadata.deletion_timestamp.is_none(),
+            "the PV was deleted"
+        );
+        assert!(
+            deprovision_jobs(&jobs(&sb).await).is_empty(),
+            "a deprovision Job was started for a volume nobody released"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.join("data.txt")).unwrap(),
+            "user data"
+        );
+    }
+}

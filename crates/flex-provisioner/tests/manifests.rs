@@ -40,7 +40,8 @@ fn unknown_field(input: &Value, typed: &Value, path: &str) -> Option<String> {
 
 fn typed(kind: &str, v: &Value) -> Result<Value, String> {
     use k8s_openapi::api::{
-        apps::v1 as apps, core::v1 as core, rbac::v1 as rbac, storage::v1 as storage,
+        apps::v1 as apps, core::v1 as core, policy::v1 as policy, rbac::v1 as rbac,
+        storage::v1 as storage,
     };
     fn round<T: serde::de::DeserializeOwned + serde::Serialize>(
         v: &Value,
@@ -56,6 +57,7 @@ fn typed(kind: &str, v: &Value) -> Result<Value, String> {
         "PersistentVolumeClaim" => round::<core::PersistentVolumeClaim>(v),
         "Pod" => round::<core::Pod>(v),
         "Deployment" => round::<apps::Deployment>(v),
+        "PodDisruptionBudget" => round::<policy::PodDisruptionBudget>(v),
         "StorageClass" => round::<storage::StorageClass>(v),
         "ClusterRole" => round::<rbac::ClusterRole>(v),
         "ClusterRoleBinding" => round::<rbac::ClusterRoleBinding>(v),
@@ -90,6 +92,7 @@ fn every_manifest_is_a_valid_kubernetes_object() {
         "ClusterRole",
         "RoleBinding",
         "Deployment",
+        "PodDisruptionBudget",
         "Service",
         "ConfigMap",
         "StorageClass",
@@ -110,6 +113,11 @@ fn the_deployment_follows_least_privilege_and_is_probed() {
     assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    // Production shape: a ready standby for fast failover, one pod replaced at a time, and
+    // time to hand the Lease over on SIGTERM.
+    assert_eq!(d["spec"]["replicas"], 2);
+    assert_eq!(d["spec"]["strategy"]["type"], "RollingUpdate");
+    assert!(pod["terminationGracePeriodSeconds"].as_i64().unwrap() >= 10);
     assert!(c["resources"]["requests"]["memory"].is_string());
     assert_eq!(
         c["env"][0]["valueFrom"]["fieldRef"]["fieldPath"], "metadata.name",

@@ -595,6 +595,8 @@ async fn leader_election_lets_one_controller_act_and_fails_over() {
         lease_name: "flex-provisioner".into(),
         identity: id.into(),
         lease_duration: std::time::Duration::from_secs(2),
+        renew_deadline: std::time::Duration::from_millis(1500),
+        retry_period: std::time::Duration::from_millis(500),
     };
     let holder = |sb: &flex_provisioner::sandbox::Sandbox| {
         let leases: kube::Api<Lease> = kube::Api::namespaced(sb.client().unwrap(), NS);
@@ -627,14 +629,29 @@ async fn leader_election_lets_one_controller_act_and_fails_over() {
             ..options()
         },
     );
-    // A standby is alive (a liveness probe must not restart it) but not ready.
+    // A standby is alive (a liveness probe must not restart it) and, once its start checks
+    // passed, ready as a standby (so a two-replica Deployment can roll out).
     let health = eventually(10, "the standby's /healthz", || async {
         http_get(standby_addr, "/healthz").await
     })
     .await;
     assert!(health.starts_with("HTTP/1.1 200"), "{health}");
-    let readiness = http_get(standby_addr, "/readyz").await.unwrap();
-    assert!(readiness.starts_with("HTTP/1.1 503"), "{readiness}");
+    let readiness = eventually(10, "the standby's /readyz", || async {
+        http_get(standby_addr, "/readyz")
+            .await
+            .filter(|r| r.starts_with("HTTP/1.1 200"))
+    })
+    .await;
+    assert!(readiness.contains("standby"), "{readiness}");
+    // ... and stays alive throughout: waiting, taking over, leading.
+    let probes = tokio::spawn(async move {
+        let mut answers = Vec::new();
+        for _ in 0..60 {
+            answers.push(http_get(standby_addr, "/healthz").await.unwrap_or_default());
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        answers
+    });
     class(&sb, "fast", "Immediate", "make-pv", serde_json::json!({})).await;
     claim(&sb, "one", "fast").await;
     bound(&sb, "one", 30).await;
@@ -644,12 +661,26 @@ async fn leader_election_lets_one_controller_act_and_fails_over() {
         Some("first"),
         "the leader keeps its lease while it renews"
     );
+    // A killed leader releases nothing: the standby takes over once the record it last saw
+    // is a lease duration old, within one retry period (plus margin for a busy machine).
     first.abort();
     let _ = first.await;
+    let killed = std::time::Instant::now();
     eventually(20, "the second controller to take over", || async {
         (holder(&sb).await.as_deref() == Some("second")).then_some(())
     })
     .await;
+    assert!(
+        killed.elapsed() < std::time::Duration::from_millis(2000 + 600 + 5000),
+        "took over {:?} after the kill",
+        killed.elapsed()
+    );
+    let answers = probes.await.unwrap();
+    assert!(
+        answers.iter().all(|a| a.starts_with("HTTP/1.1 200")),
+        "the standby's /healthz failed: {:?}",
+        answers.iter().find(|a| !a.starts_with("HTTP/1.1 200"))
+    );
     claim(&sb, "two", "fast").await;
     bound(&sb, "two", 30).await;
     assert_eq!(
@@ -693,12 +724,11 @@ async fn sigterm_hands_the_lease_to_the_standby_at_once() {
     let _second = controller_with(
         &sb,
         Options {
-            leader: Some(flex_provisioner::leader::LeaderOptions {
-                namespace: NS.into(),
-                lease_name: "flex-provisioner".into(),
-                identity: "second".into(),
-                lease_duration: std::time::Duration::from_secs(15),
-            }),
+            leader: Some(flex_provisioner::leader::LeaderOptions::new(
+                NS,
+                "flex-provisioner",
+                "second",
+            )),
             ..options()
         },
     );

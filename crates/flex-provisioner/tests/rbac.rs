@@ -74,12 +74,11 @@ fn deployed_controller(client: kube::Client) -> tokio::task::JoinHandle<()> {
             client,
             flex_provisioner::controller::Options {
                 config_namespaces: vec![DEPLOY_NS.into()],
-                leader: Some(flex_provisioner::leader::LeaderOptions {
-                    namespace: DEPLOY_NS.into(),
-                    lease_name: "flex-provisioner".into(),
-                    identity: "rbac-test".into(),
-                    lease_duration: Duration::from_secs(15),
-                }),
+                leader: Some(flex_provisioner::leader::LeaderOptions::new(
+                    DEPLOY_NS,
+                    "flex-provisioner",
+                    "rbac-test",
+                )),
                 ..options()
             },
         )

@@ -1,9 +1,10 @@
 //! The configuration of each class, as the controller sees it: the one ConfigMap labelled
-//! for the class, validated; invalid ones reported on the ConfigMap; the last valid
-//! configuration kept while a newer one is invalid.
+//! for the class, validated; invalid ones reported on the ConfigMap. An invalid ConfigMap
+//! blocks its class until it is fixed: every decision is made from API objects alone, so a
+//! restart never changes what a class does (no "last valid" copy lives only in memory).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -16,8 +17,9 @@ use crate::config::{
 /// A class's configuration, owned (the planner borrows it as `ConfigState`).
 #[derive(Debug, Clone)]
 pub enum Resolved {
-    Ready(ClassConfig),
-    Stale(ClassConfig, String),
+    /// Shared: one parse serves every claim of the class, and rendering moves it to a
+    /// blocking thread without a copy.
+    Ready(Arc<ClassConfig>),
     Unusable(String),
 }
 
@@ -28,11 +30,10 @@ pub struct ConfigReport {
 }
 
 /// What one version of a class's ConfigMap and StorageClass parse to.
-type Parsed = (Option<ClassConfig>, Vec<Problem>);
+type Parsed = (Option<Arc<ClassConfig>>, Vec<Problem>);
 
 #[derive(Default)]
 pub struct Configs {
-    last_valid: Mutex<HashMap<String, ClassConfig>>,
     /// Per class: the versions last parsed and what they gave. Parsing (templates included)
     /// happens once per version, not once per claim reconcile.
     parsed: Mutex<HashMap<String, (String, Parsed)>>,
@@ -60,16 +61,7 @@ impl Configs {
         };
         let all: Vec<std::sync::Arc<ConfigMap>> =
             config_maps.iter().flat_map(Store::state).collect();
-        let last = self
-            .last_valid
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(class_name)
-            .cloned();
-        let degrade = |problem: String| match &last {
-            Some(c) => Resolved::Stale(c.clone(), problem),
-            None => Resolved::Unusable(problem),
-        };
+        let degrade = Resolved::Unusable;
         let cm = match select_for_class(
             class_name,
             provisioner_name,
@@ -131,7 +123,7 @@ impl Configs {
                 let joined = config.and_then(|c| {
                     match ClassConfig::new(*c, StorageClassInfo::from_class(&sc), provisioner_name)
                     {
-                        Ok(j) => Some(j),
+                        Ok(j) => Some(Arc::new(j)),
                         Err(more) => {
                             problems.extend(more);
                             None
@@ -150,13 +142,7 @@ impl Configs {
         };
         let report = self.report_once(&cm, &problems);
         match joined {
-            Some(c) => {
-                self.last_valid
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(class_name.to_owned(), c.clone());
-                (Resolved::Ready(c), report)
-            }
+            Some(c) => (Resolved::Ready(c), report),
             None => {
                 let errors: Vec<String> = problems
                     .iter()

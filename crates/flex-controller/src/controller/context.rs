@@ -1,9 +1,6 @@
 //! What every reconcile shares: the client, the stores, the event recorder, and what has
 //! already been said (so a notice is published once).
 
-use std::collections::HashSet;
-use std::sync::Mutex;
-
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
     ConfigMap, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod,
@@ -18,6 +15,7 @@ use super::concurrency::Starts;
 use super::configs::Configs;
 use super::readiness::{Readiness, synced};
 use super::retry::{Failures, Retry, retry_for};
+use super::seen::Seen;
 use crate::plan::{Notice, reasons};
 
 /// The reflector stores decisions read; ConfigMaps, Jobs and pods per config namespace.
@@ -43,7 +41,7 @@ pub struct Context {
     /// Consecutive reconcile failures per object, for the backoff.
     pub failures: Failures,
     recorder: Recorder,
-    said: Mutex<HashSet<String>>,
+    said: Seen,
 }
 
 impl Context {
@@ -67,7 +65,7 @@ impl Context {
             starts: Starts::default(),
             failures: Failures::default(),
             metrics,
-            said: Mutex::new(HashSet::new()),
+            said: Seen::default(),
         }
     }
 
@@ -170,12 +168,7 @@ impl Context {
     pub async fn tell(&self, on: &ObjectReference, class: &str, notices: &[Notice]) -> Vec<String> {
         let mut fresh_keys = Vec::new();
         for n in notices {
-            let fresh = self
-                .said
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(n.key.clone());
-            if !fresh {
+            if !self.said.insert(&n.key) {
                 continue;
             }
             let m = &self.metrics;

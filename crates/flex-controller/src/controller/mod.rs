@@ -10,6 +10,7 @@ mod fan_out;
 mod readiness;
 mod reconcile;
 mod retry;
+mod seen;
 mod volumes;
 
 use std::sync::Arc;
@@ -183,7 +184,8 @@ pub async fn run_until(
 
 /// Runs until the process is stopped. `/healthz` and `/metrics` are served from the start,
 /// also while a standby waits for the Lease (a liveness probe must not restart it);
-/// `/readyz` answers 200 once this instance leads and its caches have synced.
+/// `/readyz` answers 200 once this instance leads and its caches have synced, or while it
+/// stands by for the Lease after passing its start checks.
 pub async fn run(client: Client, opts: Options) -> crate::Result<()> {
     let opts_addr = opts.metrics_addr;
     let metrics = Arc::new(crate::metrics::Metrics::default());
@@ -214,7 +216,13 @@ async fn act(
 ) -> crate::Result<()> {
     preflight(&client, &opts).await?;
     if let Some(l) = &opts.leader {
+        health
+            .standby
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         crate::leader::acquire(&client, l).await;
+        health
+            .standby
+            .store(false, std::sync::atomic::Ordering::Relaxed);
     }
     let leader = opts.leader.clone();
     let lease_client = client.clone();

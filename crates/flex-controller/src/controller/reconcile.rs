@@ -18,11 +18,16 @@ use super::context::Context;
 use super::gone_is_done;
 use crate::claim::{ClaimRequest, NodeInfo};
 use crate::job::{JobOutcome, ProvisionContext, outcome, provision_job};
-use crate::names::{ANN_SELECTED_NODE, ANN_STORAGE_CLASS, LABEL_ACTION, LABEL_CLAIM_UID, pv_name};
+use crate::names::{
+    ANN_SELECTED_NODE, ANN_STORAGE_CLASS, ANN_STORAGE_PROVISIONER, ANN_STORAGE_PROVISIONER_BETA,
+    LABEL_ACTION, LABEL_CLAIM_UID, pv_name,
+};
 use crate::plan::claim::{
-    ANN_ATTEMPT, ANN_GAVE_UP, ANN_INPUTS, ClaimInputs, ConfigState, Step, inputs_hash, plan_claim,
+    ANN_ATTEMPT, ANN_GAVE_UP, ANN_INPUTS, ClaimInputs, ConfigState, Step, inputs_hash,
+    plan_claim_with,
 };
 use crate::plan::{Notice, reasons};
+use crate::rendered::RenderRequest;
 
 const RUNNING_RECHECK: Duration = Duration::from_secs(30);
 
@@ -87,10 +92,28 @@ pub async fn reconcile(
             .map(|n| NodeInfo::from_node(&n)),
         None => None,
     };
+    // Rendering is CPU work bounded by its budget (time and bytes): it runs on a blocking
+    // thread, so a hostile template or claim never stalls the reconciles of other classes.
+    let ours = [ANN_STORAGE_PROVISIONER, ANN_STORAGE_PROVISIONER_BETA]
+        .iter()
+        .any(|k| claim.annotations().get(*k) == Some(&opts.provisioner_name));
+    let rendered = match (&resolved, ClaimRequest::from_claim(&claim)) {
+        (Resolved::Ready(c), Ok(req)) if ours => {
+            let request = RenderRequest {
+                config: c.clone(),
+                claim: req,
+                node: node.clone(),
+                provisioner_name: opts.provisioner_name.clone(),
+            };
+            tokio::task::spawn_blocking(move || request.render())
+                .await
+                .ok()
+        }
+        _ => None,
+    };
     // With `max-concurrent`, counting the class's active Jobs and creating the next one is
     // one step: concurrent reconciles of the class take turns.
-    let limited = matches!(&resolved, Resolved::Ready(c) | Resolved::Stale(c, _)
-        if c.provisioner.max_concurrent.is_some());
+    let limited = matches!(&resolved, Resolved::Ready(c) if c.provisioner.max_concurrent.is_some());
     let _turn = match limited {
         true => Some(ctx.starts.turn(&class).await),
         false => None,
@@ -112,19 +135,15 @@ pub async fn reconcile(
         .count()
         + ctx.starts.unseen(&class, &cached);
     let hash = match (&resolved, ClaimRequest::from_claim(&claim)) {
-        (Resolved::Ready(c) | Resolved::Stale(c, _), Ok(req)) => inputs_hash(c, &req),
+        (Resolved::Ready(c), Ok(req)) => inputs_hash(c, &req),
         _ => String::new(),
     };
     let config = match &resolved {
         Resolved::Ready(c) => ConfigState::Ready(c),
-        Resolved::Stale(c, p) => ConfigState::Stale {
-            config: c,
-            problem: p,
-        },
         Resolved::Unusable(p) => ConfigState::Unusable(p),
     };
     let plan_with = |pv: Option<&PersistentVolume>, pv_absence_confirmed: bool| {
-        plan_claim(&ClaimInputs {
+        let inputs = ClaimInputs {
             claim: &claim,
             provisioner_name: &opts.provisioner_name,
             config,
@@ -137,7 +156,8 @@ pub async fn reconcile(
             inputs_hash: &hash,
             retry_base: opts.retry_base,
             now: jiff::Timestamp::now(),
-        })
+        };
+        plan_claim_with(&inputs, rendered.clone())
     };
     let mut plan = plan_with(pv.as_deref(), false);
     // Read only at the moment of the decision: the Job succeeded and the cache has no PV.
@@ -172,6 +192,7 @@ pub async fn reconcile(
         // Triggers cover changes to the claim, class and ConfigMap; this is the safety net.
         Step::Blocked => Action::requeue(RECHECK_BLOCKED),
         Step::Throttled => Action::requeue(Duration::from_secs(5)),
+        Step::AwaitPvRemoval => Action::requeue(Duration::from_secs(1)),
         Step::Backoff { wait, .. } => Action::requeue(wait),
         Step::Running { attempt } => {
             starting_problems(&ctx, &on, &jobs, attempt).await;
@@ -200,15 +221,16 @@ pub async fn reconcile(
             }
             Action::await_change()
         }
-        Step::RemoveWrongPv => {
+        Step::RemoveWrongPv { uid: pv_uid } => {
             let pvs: Api<PersistentVolume> = Api::all(ctx.client.clone());
-            match pvs
-                .delete(&pv_name(&uid), &DeleteParams::background())
-                .await
-            {
-                Ok(_) | Err(kube::Error::Api(_)) => {}
-                Err(e) => return Err(e.into()),
-            }
+            let dp = DeleteParams {
+                preconditions: Some(kube::api::Preconditions {
+                    uid: Some(pv_uid),
+                    resource_version: None,
+                }),
+                ..DeleteParams::background()
+            };
+            gone_is_done(pvs.delete(&pv_name(&uid), &dp).await)?;
             Action::requeue(Duration::from_secs(1))
         }
         Step::Start {
@@ -216,7 +238,7 @@ pub async fn reconcile(
             rendered,
             template,
         } => {
-            let (Resolved::Ready(config) | Resolved::Stale(config, _)) = &resolved else {
+            let Resolved::Ready(config) = &resolved else {
                 return Ok(Action::await_change());
             };
             let request = ClaimRequest::from_claim(&claim)?;

@@ -51,6 +51,15 @@ fn images() -> Vec<(&'static str, String)> {
                 make_pv("volumes")
             ),
         ),
+        // First attempt: storage (a marker file) and a PV of 1Mi, too small for any claim;
+        // later attempts do it right. Deprovisioning removes the marker.
+        (
+            "wrong-size",
+            format!(
+                "if [ \"$ACTION\" = deprovision ]; then rm -f \"$SANDBOX_ROOT/storage-$PV_NAME\"; exit 0; fi\nif [ ! -e \"$SANDBOX_ROOT/small-$PVC_UID\" ]; then touch \"$SANDBOX_ROOT/small-$PVC_UID\" \"$SANDBOX_ROOT/storage-$PV_NAME\"\nprintf '%s' \"$PV_TEMPLATE\" | sed 's/\"storage\":\"[^\"]*\"/\"storage\":\"1Mi\"/; s/\"spec\":{{/\"spec\":{{\"hostPath\":{{\"path\":\"\\/volumes\\/small\"}},/' | kubectl create -f -\nexit 0\nfi\n{}",
+                make_pv("volumes")
+            ),
+        ),
         // First attempt: a PV for some other claim under our name; later attempts do it right.
         (
             "wrong-ref",
