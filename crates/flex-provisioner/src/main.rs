@@ -63,7 +63,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         ..flex_provisioner::leader::LeaderOptions::new(
                             &args.config_namespaces[0],
                             "flex-provisioner",
-                            &args.instance,
+                            &unique_identity(&args.instance),
                         )
                     });
                 if let Some(l) = &leader {
@@ -159,4 +159,20 @@ async fn volume_create(args: flex_provisioner::cli::VolumeCreateArgs) -> ExitCod
             ExitCode::from(if e.permanent() { 2 } else { 1 })
         }
     }
+}
+
+/// The leader identity: the instance name plus a random suffix, as client-go's hostname plus
+/// a UUID. Two processes with the same instance name (no `POD_NAME` set) must never both
+/// believe they hold the Lease.
+fn unique_identity(instance: &str) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    format!("{instance}_{:016x}", h.finish())
 }

@@ -718,7 +718,10 @@ async fn sigterm_hands_the_lease_to_the_standby_at_once() {
         .spawn()
         .unwrap();
     eventually(20, "the first process to lead", || async {
-        (holder().await.as_deref() == Some("first")).then_some(())
+        holder()
+            .await
+            .is_some_and(|h| h.starts_with("first_"))
+            .then_some(())
     })
     .await;
     let _second = controller_with(
@@ -734,7 +737,11 @@ async fn sigterm_hands_the_lease_to_the_standby_at_once() {
     );
     // The standby has tried and found the lease taken: it now waits for it.
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-    assert_eq!(holder().await.as_deref(), Some("first"));
+    let first_identity = holder().await.unwrap_or_default();
+    assert!(
+        first_identity.starts_with("first_") && first_identity.len() > "first_".len(),
+        "the process's identity is its instance name plus a unique suffix: {first_identity}"
+    );
     let signalled = std::time::Instant::now();
     let kill = std::process::Command::new("kill")
         .args(["-TERM", &first.id().to_string()])

@@ -168,7 +168,9 @@ impl Context {
     pub async fn tell(&self, on: &ObjectReference, class: &str, notices: &[Notice]) -> Vec<String> {
         let mut fresh_keys = Vec::new();
         for n in notices {
-            if !self.said.insert(&n.key) {
+            // Once per object: a class's problem is told on each of its claims.
+            let scoped = format!("{}/{}", on.uid.as_deref().unwrap_or_default(), n.key);
+            if !self.said.insert(&scoped) {
                 continue;
             }
             let m = &self.metrics;

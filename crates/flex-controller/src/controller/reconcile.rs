@@ -199,7 +199,9 @@ pub async fn reconcile(
             Action::requeue(RUNNING_RECHECK)
         }
         Step::GiveUp => {
-            let patch = json!({"metadata": {"annotations": {ANN_GAVE_UP: hash}}});
+            // Under the claim's resourceVersion: a conflict re-plans from the fresh claim.
+            let patch = json!({"metadata": {"annotations": {ANN_GAVE_UP: hash},
+                                            "resourceVersion": claim.resource_version()}});
             gone_is_done(
                 claims
                     .patch(&claim_name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -268,12 +270,6 @@ pub async fn reconcile(
                 Err(e) => return Err(e.into()),
             }
             ctx.starts.record(&class, &job_name);
-            let patch = json!({"metadata": {"annotations": {ANN_ATTEMPT: attempt.to_string()}}});
-            gone_is_done(
-                claims
-                    .patch(&claim_name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await,
-            )?;
             ctx.tell(&on, &class, &[Notice::normal(
                     format!("provisioning/{uid}/{attempt}"),
                     reasons::PROVISIONING,
@@ -281,6 +277,16 @@ pub async fn reconcile(
                 ).about(&job).action("Provision")],
             )
             .await;
+            // One key of the claim's annotations, merged: it cannot drop what another writer
+            // set (unlike a list), and it must land even while the claim changes under us
+            // (the PV controller writes it during a burst), or a Job's TTL could make the
+            // attempt number go back.
+            let patch = json!({"metadata": {"annotations": {ANN_ATTEMPT: attempt.to_string()}}});
+            gone_is_done(
+                claims
+                    .patch(&claim_name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await,
+            )?;
             Action::requeue(RUNNING_RECHECK)
         }
     })

@@ -65,9 +65,12 @@ pub async fn reconcile_volume(
     let cached = at
         .as_ref()
         .and_then(|(ns, n)| ctx.caches.claims.get(&ObjectRef::new(n).within(ns)));
-    let plan_with = |claim: Option<&PersistentVolumeClaim>, confirmed: bool| -> VolumePlan {
+    let plan_with = |pv: &PersistentVolume,
+                     claim: Option<&PersistentVolumeClaim>,
+                     confirmed: bool|
+     -> VolumePlan {
         plan_volume(&VolumeInputs {
-            pv: &pv,
+            pv,
             provisioner_name: &opts.provisioner_name,
             claim,
             claim_confirmed: confirmed,
@@ -79,8 +82,17 @@ pub async fn reconcile_volume(
             now: jiff::Timestamp::now(),
         })
     };
-    let mut plan = plan_with(cached.as_deref(), false);
+    let mut plan = plan_with(&pv, cached.as_deref(), false);
     if plan.step == VolumeStep::ConfirmClaim {
+        // The PV too is read afresh: a volume cached as Released may have been re-bound
+        // since (its claimRef cleared and taken by a new claim).
+        let Some(fresh) = Api::<PersistentVolume>::all(ctx.client.clone())
+            .get_opt(&name)
+            .await?
+            .filter(|p| p.metadata.uid == pv.metadata.uid)
+        else {
+            return Ok(Action::await_change());
+        };
         let fetched = match &at {
             Some((ns, n)) => {
                 Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), ns)
@@ -89,7 +101,7 @@ pub async fn reconcile_volume(
             }
             None => None,
         };
-        plan = plan_with(fetched.as_ref(), true);
+        plan = plan_with(&fresh, fetched.as_ref(), true);
     }
     let on = pv.object_ref(&());
     let class = pv

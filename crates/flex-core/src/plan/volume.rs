@@ -51,7 +51,8 @@ pub enum VolumeState {
     Deprovisioned,
     /// A live claim (by uid) is bound to it.
     InUse,
-    /// Deleted while its policy is `Retain`: the storage stays, the deletion may complete.
+    /// Deleted while its policy is `Retain`, or with no claim uid in its claimRef: the
+    /// storage stays, the deletion may complete.
     DeletedRetain,
     /// Deleted, policy `Delete`, no live claim bound: the storage is to be destroyed.
     DeletedDelete,
@@ -147,6 +148,9 @@ pub fn state_of(i: &VolumeInputs<'_>) -> VolumeState {
         .as_deref()
         .unwrap_or("Delete");
     match (deleting, policy, phase) {
+        // A deleted volume whose claimRef was cleared or never set a uid: nothing says which
+        // claim used it or that none does now, so its storage is kept (as for Retain).
+        (true, "Delete", _) if ref_uid.is_empty() => VolumeState::DeletedRetain,
         (true, "Delete", _) => VolumeState::DeletedDelete,
         (true, _, _) => VolumeState::DeletedRetain,
         (false, "Delete", Some("Released")) if !ref_uid.is_empty() && !claim_alive => {
@@ -239,6 +243,13 @@ fn deprovision(i: &VolumeInputs<'_>) -> VolumePlan {
             .and_then(|a| a.get(ANN_VOLUME_UID))
             .is_some_and(|u| u == pv_uid)
     };
+    // Never two deprovisions of one name at once (an earlier PV's Job may still run).
+    if i.jobs.iter().filter(|j| !mine(j)).any(|j| {
+        let pods = pods_of(j, &i.pods);
+        outcome(j, &pods) == JobOutcome::Running
+    }) {
+        return plan(VolumeStep::Wait(RUNNING_RECHECK), vec![]);
+    }
     let Some(job) = i
         .jobs
         .iter()

@@ -389,6 +389,32 @@ fn every_transition_of_the_volume_state_machine() {
             step: Job(3),
         },
         Case {
+            name: "deleted after its claimRef was cleared: kept",
+            pv: pv(
+                "Delete",
+                "Available",
+                json!({"metadata": {"deletionTimestamp": DELETED}, "spec": {"claimRef": null}}),
+            ),
+            claim: None,
+            confirmed: true,
+            jobs: vec![],
+            state: S::DeletedRetain,
+            step: DropFinalizer,
+        },
+        Case {
+            name: "an earlier PV's Job still runs: wait",
+            pv: pv("Delete", "Released", json!({})),
+            claim: None,
+            confirmed: true,
+            jobs: vec![{
+                let mut j = job(1, None);
+                j.metadata.annotations = None;
+                j
+            }],
+            state: S::Released,
+            step: Wait(30),
+        },
+        Case {
             name: "storage gone: drop the finalizer",
             pv: pv("Delete", "Released", marked(json!({}))),
             claim: None,
