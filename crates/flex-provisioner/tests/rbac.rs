@@ -16,23 +16,8 @@ use serde_json::json;
 
 const DEPLOY_NS: &str = "flex-provisioner";
 
-/// A client acting as `system:serviceaccount:<ns>:<name>`, with a token from TokenRequest.
 async fn client_as(sb: &flex_provisioner::sandbox::Sandbox, ns: &str, name: &str) -> kube::Client {
-    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
-        Api::namespaced(sb.client().unwrap(), ns);
-    let answer: serde_json::Value = accounts
-        .create_subresource(
-            "token",
-            name,
-            &PostParams::default(),
-            &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}),
-        )
-        .await
-        .expect("a token for the account");
-    let token = answer["status"]["token"].as_str().unwrap().to_owned();
-    let mut config = kube::Config::new(sb.url().parse().unwrap());
-    config.auth_info.token = Some(token.into());
-    kube::Client::try_from(config).unwrap()
+    common::provisioning::client_as(sb.client().unwrap(), &sb.url(), ns, name).await
 }
 
 /// A sandbox with auth on, deploy/'s namespace, accounts and RBAC, and a class `fast`

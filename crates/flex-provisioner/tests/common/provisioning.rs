@@ -15,7 +15,8 @@ use tokio::task::JoinHandle;
 
 use super::sandbox::eventually;
 
-pub const NS: &str = "flex-system";
+/// deploy/'s namespace: the controller's config namespace, where its Role applies.
+pub const NS: &str = "flex-provisioner";
 
 /// `volume create` with a hostPath source (what a real image would do after carving storage).
 fn make_pv(dir: &str) -> String {
@@ -123,13 +124,35 @@ pub fn controller(sb: &Sandbox) -> JoinHandle<()> {
     controller_with(sb, options())
 }
 
+/// The controller runs as deploy/'s ServiceAccount `flex-provisioner`, holding exactly
+/// deploy/'s RBAC: a controller that needs one more verb fails these tests.
 pub fn controller_with(sb: &Sandbox, options: Options) -> JoinHandle<()> {
-    let client = sb.client().unwrap();
+    let admin = sb.client().unwrap();
+    let url = sb.url();
     tokio::spawn(async move {
+        let client = client_as(admin, &url, NS, "flex-provisioner").await;
         if let Err(e) = run(client, options).await {
             panic!("controller stopped: {e}");
         }
     })
+}
+
+/// A client acting as `system:serviceaccount:<ns>:<name>`, with a token from TokenRequest.
+pub async fn client_as(admin: kube::Client, url: &str, ns: &str, name: &str) -> kube::Client {
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(admin, ns);
+    let answer: serde_json::Value = accounts
+        .create_subresource(
+            "token",
+            name,
+            &PostParams::default(),
+            &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}),
+        )
+        .await
+        .expect("a token for the account");
+    let token = answer["status"]["token"].as_str().unwrap().to_owned();
+    let mut config = kube::Config::new(url.parse().unwrap());
+    config.auth_info.token = Some(token.into());
+    kube::Client::try_from(config).unwrap()
 }
 
 /// A StorageClass of ours and its ConfigMap with `image` and extra keys.
@@ -377,15 +400,27 @@ pub async fn sandbox_with(adjust: impl FnOnce(SandboxOptions) -> SandboxOptions)
         pod_backoff: Duration::from_millis(100),
         nodes: vec!["node-a".into(), "node-b".into()],
         extra_path: vec![binary_dir()],
+        auth: true,
         ..Default::default()
     }))
     .await
     .expect("sandbox starts");
+    // What `kubectl apply -k deploy/` installs: the namespace, both accounts, the RBAC.
+    let files: Vec<PathBuf> = ["namespace.yaml", "serviceaccounts.yaml", "rbac.yaml"]
+        .iter()
+        .map(|f| PathBuf::from("deploy").join(f))
+        .collect();
+    flex_provisioner::sandbox_cmd::apply_files(&sb, &files).expect("deploy/ applies");
+    // Test classes that name no account run their Jobs as the namespace's `default`: it
+    // gets the images' role from deploy/ (create and get PVs), nothing more.
     sb.api
         .create(
-            resources::find("", "v1", "namespaces").unwrap(),
+            resources::find("rbac.authorization.k8s.io", "v1", "clusterrolebindings").unwrap(),
             "",
-            json!({"metadata": {"name": NS}}),
+            json!({"metadata": {"name": "test-images-default"},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                               "name": "flex-provisioner-volume-writer"},
+                   "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": NS}]}),
             &WriteCtx::manager("test"),
         )
         .unwrap();
