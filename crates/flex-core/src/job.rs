@@ -22,7 +22,6 @@ use crate::names::{
     job_name, parameter_env_name, pv_name,
 };
 use crate::rendered::Rendered;
-use crate::volume::recorded_parameters;
 
 /// Default time a finished Job is kept so its logs can be read (flag `--job-ttl`).
 pub const DEFAULT_JOB_TTL_SECONDS: i32 = 3600;
@@ -165,11 +164,12 @@ pub fn provision_job(cx: ProvisionContext<'_>, attempt: u32, ttl_seconds: i32) -
 /// what is recorded on the PV.
 pub fn deprovision_job(
     pv: &PersistentVolume,
-    recipe: JobRecipe,
+    record: &crate::record::Record,
     provisioner_name: &str,
     attempt: u32,
     ttl_seconds: i32,
 ) -> Job {
+    let recipe = record.recipe.clone();
     let volume = pv.metadata.name.clone().unwrap_or_default();
     let spec = pv.spec.clone().unwrap_or_default();
     let claim = spec.claim_ref.clone().unwrap_or_default();
@@ -177,7 +177,7 @@ pub fn deprovision_job(
     let bytes = crate::quantity::parse_bytes(&capacity)
         .map(|b| b.to_string())
         .unwrap_or_default();
-    let parameters = recorded_parameters(pv);
+    let parameters = record.parameters.clone();
     let mut pv_json = pv.clone();
     pv_json.metadata.managed_fields = None;
     let env = vec![

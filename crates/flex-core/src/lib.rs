@@ -14,6 +14,7 @@ mod error;
 pub mod job;
 pub mod names;
 pub mod plan;
+pub mod record;
 pub mod rendered;
 pub mod template;
 pub mod volume;

@@ -29,6 +29,8 @@ pub const FINALIZER_DEPROVISION: &str = "flex-provisioner.io/deprovision";
 /// On a deprovision Job: the uid of the PV it is for. A PV re-created under the same name
 /// (a wrong PV removed, then the right one) must never take an old Job's success as its own.
 pub const ANN_VOLUME_UID: &str = "flex-provisioner.io/volume-uid";
+/// On a deprovision record ConfigMap (see `record`).
+pub const LABEL_RECORD: &str = "flex-provisioner.io/record";
 
 /// Annotations written by Kubernetes that provisioners read (same keys as the sig-storage library).
 pub const ANN_STORAGE_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";

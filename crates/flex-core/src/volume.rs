@@ -20,28 +20,6 @@ use crate::names::{
 };
 use crate::rendered::Rendered;
 
-/// Reads back the deprovision recipe recorded when the volume was provisioned.
-pub fn recorded_recipe(pv: &PersistentVolume) -> Result<JobRecipe, String> {
-    let raw = pv
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ANN_DEPROVISION_SPEC))
-        .ok_or_else(|| format!("the PV has no `{ANN_DEPROVISION_SPEC}` annotation"))?;
-    serde_json::from_str(raw)
-        .map_err(|e| format!("the `{ANN_DEPROVISION_SPEC}` annotation is not valid: {e}"))
-}
-
-/// The rendered parameters recorded on a PV, as the deprovision Job receives them.
-pub fn recorded_parameters(pv: &PersistentVolume) -> BTreeMap<String, String> {
-    pv.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ANN_PARAMETERS))
-        .and_then(|raw| serde_json::from_str(raw).ok())
-        .unwrap_or_default()
-}
-
 /// The complete PV but for its volume source (DESIGN §6): the pod adds only the source.
 pub fn pv_template(
     config: &ClassConfig,

@@ -14,7 +14,7 @@ pub mod volume_create;
 
 pub use flex_controller::{controller, http, leader, metrics};
 pub use flex_core::{
-    Error, Result, claim, config, job, names, plan, quantity, rendered, template, volume,
+    Error, Result, claim, config, job, names, plan, quantity, record, rendered, template, volume,
 };
 #[cfg(feature = "sandbox")]
 pub use kube_sandbox as sandbox;

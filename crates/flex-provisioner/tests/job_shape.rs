@@ -6,8 +6,7 @@ use std::process::Command;
 
 use common::*;
 use flex_provisioner::claim::ACCESS_MODES;
-use flex_provisioner::job::{JobRecipe, deprovision_job};
-use flex_provisioner::volume::{recorded_parameters, recorded_recipe};
+use flex_provisioner::job::deprovision_job;
 
 fn silver() -> k8s_openapi::api::storage::v1::StorageClass {
     storage_class("silver", "Immediate")
@@ -359,9 +358,12 @@ fn deprovision_job_is_built_from_the_pv_records_alone() {
         path: "/volumes/data".into(),
         type_: None,
     });
-    let recipe: JobRecipe = recorded_recipe(&pv).unwrap();
-    assert_eq!(recorded_parameters(&pv)["export"], "/exports/data");
-    let job = deprovision_job(&pv, recipe, P, 3, 600);
+    // The record the controller wrote from the template when it verified the volume.
+    pv.metadata.uid = Some("pv-uid-1".into());
+    let record_cm = flex_provisioner::record::build_record(&pv, &pv.clone()).unwrap();
+    let record = flex_provisioner::record::read_record(&record_cm, &pv).unwrap();
+    assert_eq!(record.parameters["export"], "/exports/data");
+    let job = deprovision_job(&pv, &record, P, 3, 600);
     assert_job_valid(&job);
     assert_eq!(
         job.metadata.name.as_deref(),

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    Event as CoreEvent, Node, PersistentVolume, PersistentVolumeClaim, Pod,
+    ConfigMap, Event as CoreEvent, Node, PersistentVolume, PersistentVolumeClaim, Pod,
 };
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
@@ -209,7 +209,12 @@ pub async fn reconcile(
             )?;
             Action::await_change()
         }
-        Step::Provisioned { patch } => {
+        Step::Provisioned { patch, record } => {
+            // The record first: a volume with our finalizer but no record could never be
+            // deprovisioned (it would be kept, with a warning).
+            if let Some(record) = record {
+                write_record(&ctx, &record).await?;
+            }
             if let Some(patch) = patch {
                 let pvs: Api<PersistentVolume> = Api::all(ctx.client.clone());
                 gone_is_done(
@@ -223,7 +228,13 @@ pub async fn reconcile(
             }
             Action::await_change()
         }
-        Step::RemoveWrongPv { uid: pv_uid } => {
+        Step::RemoveWrongPv {
+            uid: pv_uid,
+            record,
+        } => {
+            if let Some(record) = record {
+                write_record(&ctx, &record).await?;
+            }
             let pvs: Api<PersistentVolume> = Api::all(ctx.client.clone());
             let dp = DeleteParams {
                 preconditions: Some(kube::api::Preconditions {
@@ -290,6 +301,20 @@ pub async fn reconcile(
             Action::requeue(RUNNING_RECHECK)
         }
     })
+}
+
+/// Creates a volume's deprovision record; one that exists is kept (it was made from the
+/// configuration the volume was provisioned with).
+async fn write_record(ctx: &Context, record: &ConfigMap) -> crate::Result<()> {
+    let ns = record.metadata.namespace.clone().unwrap_or_default();
+    match Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns)
+        .create(&PostParams::default(), record)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// A Job whose pod could not even be created (a missing ServiceAccount, a quota) leaves no

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
@@ -20,6 +20,21 @@ use crate::plan::volume::{VolumeInputs, VolumePlan, VolumeStep, plan_volume};
 
 fn action_is(labels: &std::collections::BTreeMap<String, String>, action: &str) -> bool {
     labels.get(LABEL_ACTION).map(String::as_str) == Some(action)
+}
+
+/// The PV's deprovision record, from the API server (only read when a Job may be created):
+/// in the config namespaces alone, which only the controller and kube admins can write.
+async fn fetch_record(ctx: &Context, pv: &PersistentVolume) -> crate::Result<Option<ConfigMap>> {
+    let name = crate::record::record_name(pv.metadata.uid.as_deref().unwrap_or_default());
+    for ns in &ctx.opts.config_namespaces {
+        if let Some(cm) = Api::<ConfigMap>::namespaced(ctx.client.clone(), ns)
+            .get_opt(&name)
+            .await?
+        {
+            return Ok(Some(cm));
+        }
+    }
+    Ok(None)
 }
 
 pub async fn reconcile_volume(
@@ -38,6 +53,14 @@ pub async fn reconcile_volume(
         .and_then(|r| r.uid.clone())
         .unwrap_or_default();
     let all_jobs: Vec<Arc<Job>> = ctx.caches.jobs.iter().flat_map(|s| s.state()).collect();
+    let provision_jobs: Vec<&Job> = all_jobs
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|j| {
+            action_is(j.labels(), "provision")
+                && j.labels().get(LABEL_CLAIM_UID) == Some(&claim_uid)
+        })
+        .collect();
     let provisioning = all_jobs.iter().any(|j| {
         action_is(j.labels(), "provision")
             && j.labels().get(LABEL_CLAIM_UID) == Some(&claim_uid)
@@ -67,10 +90,13 @@ pub async fn reconcile_volume(
         .and_then(|(ns, n)| ctx.caches.claims.get(&ObjectRef::new(n).within(ns)));
     let plan_with = |pv: &PersistentVolume,
                      claim: Option<&PersistentVolumeClaim>,
+                     record: Option<&ConfigMap>,
                      confirmed: bool|
      -> VolumePlan {
         plan_volume(&VolumeInputs {
             pv,
+            record,
+            provision_jobs: provision_jobs.clone(),
             provisioner_name: &opts.provisioner_name,
             claim,
             claim_confirmed: confirmed,
@@ -82,7 +108,7 @@ pub async fn reconcile_volume(
             now: jiff::Timestamp::now(),
         })
     };
-    let mut plan = plan_with(&pv, cached.as_deref(), false);
+    let mut plan = plan_with(&pv, cached.as_deref(), None, false);
     if plan.step == VolumeStep::ConfirmClaim {
         // The PV too is read afresh: a volume cached as Released may have been re-bound
         // since (its claimRef cleared and taken by a new claim).
@@ -101,7 +127,8 @@ pub async fn reconcile_volume(
             }
             None => None,
         };
-        plan = plan_with(&fresh, fetched.as_ref(), true);
+        let record = fetch_record(&ctx, &fresh).await?;
+        plan = plan_with(&fresh, fetched.as_ref(), record.as_ref(), true);
     }
     let on = pv.object_ref(&());
     let class = pv
@@ -154,6 +181,18 @@ pub async fn reconcile_volume(
                     .observe(took);
             }
             Action::await_change()
+        }
+        VolumeStep::WriteRecord(record) => {
+            let ns = record.metadata.namespace.clone().unwrap_or_default();
+            match Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns)
+                .create(&PostParams::default(), &record)
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+            Action::requeue(Duration::from_millis(100))
         }
         VolumeStep::CreateJob(job) => {
             let ns = job.namespace().unwrap_or_default();

@@ -76,10 +76,19 @@ pub enum Step {
     /// `max-concurrent` Jobs of the class are running.
     Throttled,
     /// The PV is right: add the bookkeeping it lacks, if any.
-    Provisioned { patch: Option<Value> },
+    Provisioned {
+        patch: Option<Value>,
+        /// The volume's deprovision record, written while the attempt is fresh (an existing
+        /// one is kept: it was made from the configuration the volume was provisioned with).
+        record: Option<Box<k8s_openapi::api::core::v1::ConfigMap>>,
+    },
     /// The PV our attempt made is wrong for this claim: delete it (provided it still has
     /// this uid); the volume controller cleans its storage, then the next attempt starts.
-    RemoveWrongPv { uid: String },
+    RemoveWrongPv {
+        uid: String,
+        /// Its deprovision record (from our own template), so its storage can be cleaned.
+        record: Option<Box<k8s_openapi::api::core::v1::ConfigMap>>,
+    },
     /// A wrong PV is being removed: look again shortly (its disappearance may not come
     /// back to this claim as an event: its claimRef may name another claim).
     AwaitPvRemoval,
@@ -427,7 +436,11 @@ pub fn plan_claim_with(
                         .action("Verify"),
                     );
                 }
-                plan(Step::Provisioned { patch }, notices)
+                let record = announce
+                    .then(|| crate::record::build_record(pv, &template))
+                    .flatten()
+                    .map(Box::new);
+                plan(Step::Provisioned { patch, record }, notices)
             }
             PvCheck::Wrong(_) if stage != Stage::Pending => plan(Step::Ignore, vec![]),
             PvCheck::Wrong(_) if matches!(latest_outcome, Some(JobOutcome::Running)) => {
@@ -445,7 +458,14 @@ pub fn plan_claim_with(
                     reasons::FAILED,
                     format!("attempt {attempt}: PersistentVolume {} was created, but {why}; it is removed and provisioning retried (its storage is cleaned first unless the class retains volumes)", pv_name(&request.uid)),
                 ).about(pv).action("Verify"));
-                plan(Step::RemoveWrongPv { uid: pv_uid }, notices)
+                let record = crate::record::build_record(pv, &template).map(Box::new);
+                plan(
+                    Step::RemoveWrongPv {
+                        uid: pv_uid,
+                        record,
+                    },
+                    notices,
+                )
             }
             PvCheck::Wrong(why) => {
                 let pv_uid = pv.metadata.uid.clone().unwrap_or_default();

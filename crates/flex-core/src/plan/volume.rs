@@ -8,14 +8,14 @@
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod};
 use serde_json::{Value, json};
 
 use super::retry::{delay_after, wait_remaining};
 use super::{Notice, reasons};
 use crate::job::{JobOutcome, attempt_of, deprovision_job, outcome, pods_of};
 use crate::names::{ANN_PROVISIONED_BY, ANN_VOLUME_UID, FINALIZER_DEPROVISION};
-use crate::volume::recorded_recipe;
+use crate::record::read_record;
 
 /// Set on a PV once its storage is gone (with our finalizer removed in the same write), so
 /// a restarted controller never deprovisions twice.
@@ -34,6 +34,11 @@ pub struct VolumeInputs<'a> {
     pub claim_confirmed: bool,
     /// A provisioning Job of the claim is still running (its pod may still be working).
     pub provisioning: bool,
+    /// The PV's deprovision record (read from the API server with the claim), if any.
+    pub record: Option<&'a ConfigMap>,
+    /// The provisioning Jobs of the claim in the PV's claimRef: a PV made after its claim
+    /// was deleted gets its record from the one that made it.
+    pub provision_jobs: Vec<&'a Job>,
     /// Deprovision Jobs of this PV, and their pods.
     pub jobs: Vec<&'a Job>,
     pub pods: Vec<&'a Pod>,
@@ -72,6 +77,9 @@ pub enum VolumeStep {
     ConfirmClaim,
     /// A Job runs, or a retry is due after this long.
     Wait(Duration),
+    /// Write this deprovision record (built from the provisioning Job that made the PV),
+    /// then plan again.
+    WriteRecord(Box<ConfigMap>),
     /// Start a deprovision Job (an existing one of the same name is adopted).
     CreateJob(Box<Job>),
     /// A merge patch carrying `metadata.resourceVersion`: it fails with 409 if the PV changed.
@@ -209,11 +217,29 @@ fn deprovision(i: &VolumeInputs<'_>) -> VolumePlan {
         return plan(VolumeStep::Wait(RUNNING_RECHECK), vec![]);
     }
     let pv_name = pv.metadata.name.clone().unwrap_or_default();
-    let create = |attempt: u32, mut notices: Vec<Notice>| match recorded_recipe(pv) {
-        Ok(recipe) => plan(
+    let read = || match i.record {
+        Some(cm) => read_record(cm, pv),
+        None => Err(format!(
+            "it has no deprovision record of ours ({}) in the config namespaces",
+            crate::record::record_name(pv.metadata.uid.as_deref().unwrap_or_default())
+        )),
+    };
+    let from_job = || {
+        i.provision_jobs
+            .iter()
+            .find_map(|j| crate::record::record_from_job(pv, j))
+    };
+    let create = |attempt: u32, mut notices: Vec<Notice>| match read() {
+        // The claim and the record are read from the API server together, right before.
+        _ if !i.claim_confirmed => plan(VolumeStep::ConfirmClaim, notices),
+        Err(_) if i.record.is_none() && from_job().is_some() => plan(
+            VolumeStep::WriteRecord(Box::new(from_job().expect("checked"))),
+            notices,
+        ),
+        Ok(record) => plan(
             VolumeStep::CreateJob(Box::new(deprovision_job(
                 pv,
-                recipe,
+                &record,
                 i.provisioner_name,
                 attempt,
                 i.job_ttl_seconds,
@@ -226,7 +252,7 @@ fn deprovision(i: &VolumeInputs<'_>) -> VolumePlan {
                     format!("no-recipe/{pv_name}"),
                     reasons::VOLUME_FAILED_DELETE,
                     format!(
-                        "cannot deprovision {pv_name}: {why}; the volume is kept (delete its storage by hand, then remove the finalizer {FINALIZER_DEPROVISION})"
+                        "cannot deprovision {pv_name}: {why}; nothing is run and the volume is kept (only a record the controller wrote when it verified the volume says what a deprovision runs; if this is a real volume, delete its storage by hand, then remove the finalizer {FINALIZER_DEPROVISION})"
                     ),
                 )
                 .action("Deprovision"),

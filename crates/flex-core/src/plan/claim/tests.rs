@@ -291,9 +291,13 @@ fn a_right_pv_is_provisioned_and_a_wrong_one_removed() {
         ..case(&cfg)
     };
     let p = run(&c);
-    let Step::Provisioned { patch } = &p.step else {
+    let Step::Provisioned { patch, record } = &p.step else {
         panic!("{:?}", p.step)
     };
+    let record = record
+        .as_ref()
+        .expect("a fresh volume gets its deprovision record");
+    assert_eq!(record.metadata.name.as_deref(), Some("flex-record-pv-1"));
     let patch = patch.as_ref().expect("bookkeeping is added to a bare PV");
     assert_eq!(
         patch["metadata"]["finalizers"],
@@ -310,7 +314,11 @@ fn a_right_pv_is_provisioned_and_a_wrong_one_removed() {
         ..case(&cfg)
     };
     let p = run(&c);
-    assert_eq!(p.step, Step::RemoveWrongPv { uid: "pv-1".into() });
+    let Step::RemoveWrongPv { uid, record } = &p.step else {
+        panic!("{:?}", p.step)
+    };
+    assert_eq!(uid, "pv-1");
+    assert!(record.is_some(), "a wrong PV of ours can still be cleaned");
     assert!(p.notices[0].message.contains("claimRef"), "{:?}", p.notices);
     // A right-looking PV planted before any Job of ours ran gets no records and no success.
     let mut planted = pv(UID);

@@ -99,8 +99,12 @@ enum Expect {
 }
 
 fn run(c: &Case<'_>, now: &str, provisioning: bool) -> VolumePlan {
+    // The record the controller wrote for this PV when it verified it.
+    let record = crate::record::build_record(&c.pv, &c.pv);
     plan_volume(&VolumeInputs {
         pv: &c.pv,
+        record: record.as_ref(),
+        provision_jobs: vec![],
         provisioner_name: P,
         claim: c.claim.as_ref(),
         claim_confirmed: c.confirmed,
@@ -497,22 +501,32 @@ fn failures_are_reported_and_retried_after_a_growing_delay() {
 }
 
 #[test]
-fn a_volume_without_a_readable_record_is_kept_and_reported() {
-    let c = Case {
-        name: "no record",
-        pv: pv(
-            "Delete",
-            "Released",
-            json!({"metadata": {"annotations": {ANN_DEPROVISION_SPEC: "{not json"}}}),
-        ),
-        claim: None,
-        confirmed: true,
-        jobs: vec![],
-        state: VolumeState::Released,
-        step: Expect::Ignore,
-    };
-    let p = run(&c, "2026-01-01T00:00:04Z", false);
-    check(&c, &p);
-    assert_eq!(p.notices.len(), 1);
-    assert!(p.notices[0].message.contains("the volume is kept"));
+fn a_volume_without_its_record_is_kept_and_reported() {
+    let released = pv("Delete", "Released", json!({}));
+    // A decoy: every annotation of a real volume copied, but another uid.
+    let real = pv("Delete", "Bound", json!({"metadata": {"uid": "real-uid"}}));
+    let theirs = crate::record::build_record(&real, &real).unwrap();
+    for record in [None, Some(&theirs)] {
+        let p = plan_volume(&VolumeInputs {
+            pv: &released,
+            record,
+            provision_jobs: vec![],
+            provisioner_name: P,
+            claim: None,
+            claim_confirmed: true,
+            provisioning: false,
+            jobs: vec![],
+            pods: vec![],
+            retry_base: Duration::from_secs(10),
+            job_ttl_seconds: 60,
+            now: "2026-01-01T00:00:04Z".parse().unwrap(),
+        });
+        assert_eq!(p.step, VolumeStep::Ignore, "{record:?}");
+        assert_eq!(p.notices.len(), 1);
+        assert!(
+            p.notices[0].message.contains("nothing is run"),
+            "{}",
+            p.notices[0].message
+        );
+    }
 }

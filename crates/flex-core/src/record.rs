@@ -1,0 +1,211 @@
+//! The deprovision record of a volume: a ConfigMap the controller writes in the config
+//! namespace when it has verified the PV a Job made, bound to that PV's uid and owned by it
+//! (garbage-collected with it). What a deprovision Job runs comes only from here: the PV's
+//! own annotations can be written by anyone who may create or update PVs, and a copy of
+//! them onto a decoy PV (or a record of another PV) never matches its uid.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+use crate::job::JobRecipe;
+use crate::names::{
+    ANN_DEPROVISION_SPEC, ANN_PARAMETERS, LABEL_MANAGED_BY, LABEL_RECORD, MANAGED_BY_VALUE,
+};
+
+const KEY_PV_NAME: &str = "pv-name";
+const KEY_PV_UID: &str = "pv-uid";
+const KEY_RECIPE: &str = "deprovision-spec";
+const KEY_PARAMETERS: &str = "parameters";
+
+/// What a deprovision Job of one volume is made from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    pub recipe: JobRecipe,
+    pub parameters: BTreeMap<String, String>,
+}
+
+/// The record's name: one per PV uid, so a PV re-created under the same name never finds
+/// the record of the one before.
+pub fn record_name(pv_uid: &str) -> String {
+    format!("flex-record-{pv_uid}")
+}
+
+/// The record for `pv`, from what the controller itself computed for it (the PV template's
+/// recipe and rendered parameters), never from the PV as written by the image.
+pub fn build_record(pv: &PersistentVolume, template: &PersistentVolume) -> Option<ConfigMap> {
+    let uid = pv.metadata.uid.clone()?;
+    let name = pv.metadata.name.clone()?;
+    let ann = template.metadata.annotations.as_ref()?;
+    let recipe: JobRecipe = serde_json::from_str(ann.get(ANN_DEPROVISION_SPEC)?).ok()?;
+    let parameters = ann
+        .get(ANN_PARAMETERS)
+        .cloned()
+        .unwrap_or_else(|| "{}".into());
+    Some(ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(record_name(&uid)),
+            namespace: Some(recipe.namespace.clone()),
+            labels: Some(BTreeMap::from([
+                (LABEL_MANAGED_BY.to_owned(), MANAGED_BY_VALUE.to_owned()),
+                (LABEL_RECORD.to_owned(), "true".to_owned()),
+            ])),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "PersistentVolume".into(),
+                name: name.clone(),
+                uid: uid.clone(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([
+            (KEY_PV_NAME.to_owned(), name),
+            (KEY_PV_UID.to_owned(), uid),
+            (
+                KEY_RECIPE.to_owned(),
+                serde_json::to_string(&recipe).unwrap_or_default(),
+            ),
+            (KEY_PARAMETERS.to_owned(), parameters),
+        ])),
+        ..Default::default()
+    })
+}
+
+/// The record for a PV made by a provisioning Job whose claim was deleted before the
+/// controller could verify the PV: built from the PV template the controller put in that
+/// Job (a Job in the config namespace, so only the controller and kube admins wrote it),
+/// provided the PV has the template's name and claim uid and was created after the Job.
+pub fn record_from_job(
+    pv: &PersistentVolume,
+    job: &k8s_openapi::api::batch::v1::Job,
+) -> Option<ConfigMap> {
+    let env = job
+        .spec
+        .as_ref()?
+        .template
+        .spec
+        .as_ref()?
+        .containers
+        .first()?
+        .env
+        .as_ref()?;
+    let raw = env
+        .iter()
+        .find(|e| e.name == "PV_TEMPLATE")?
+        .value
+        .as_ref()?;
+    let template: PersistentVolume = serde_json::from_str(raw).ok()?;
+    let claim_uid = |p: &PersistentVolume| {
+        p.spec
+            .as_ref()
+            .and_then(|s| s.claim_ref.as_ref())
+            .and_then(|r| r.uid.clone())
+    };
+    let after = match (
+        &job.metadata.creation_timestamp,
+        &pv.metadata.creation_timestamp,
+    ) {
+        (Some(started), Some(created)) => started.0 <= created.0,
+        _ => false,
+    };
+    (after
+        && template.metadata.name == pv.metadata.name
+        && claim_uid(&template).is_some()
+        && claim_uid(&template) == claim_uid(pv))
+    .then(|| build_record(pv, &template))
+    .flatten()
+}
+
+/// Reads a record back, provided it is ours (our label, written for this PV's name and uid).
+pub fn read_record(cm: &ConfigMap, pv: &PersistentVolume) -> Result<Record, String> {
+    let labelled = cm
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_RECORD))
+        .is_some_and(|v| v == "true");
+    let data = cm.data.clone().unwrap_or_default();
+    let uid = pv.metadata.uid.as_deref().unwrap_or_default();
+    let name = pv.metadata.name.as_deref().unwrap_or_default();
+    if !labelled
+        || uid.is_empty()
+        || data.get(KEY_PV_UID).map(String::as_str) != Some(uid)
+        || data.get(KEY_PV_NAME).map(String::as_str) != Some(name)
+    {
+        return Err(format!(
+            "its deprovision record {} does not belong to this PV (name {name}, uid {uid})",
+            cm.metadata.name.as_deref().unwrap_or_default()
+        ));
+    }
+    let recipe = data
+        .get(KEY_RECIPE)
+        .ok_or("its deprovision record has no recipe")
+        .map_err(str::to_owned)
+        .and_then(|r| {
+            serde_json::from_str(r).map_err(|e| format!("its deprovision record is not valid: {e}"))
+        })?;
+    let parameters = data
+        .get(KEY_PARAMETERS)
+        .and_then(|p| serde_json::from_str(p).ok())
+        .unwrap_or_default();
+    Ok(Record { recipe, parameters })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pv(uid: &str) -> PersistentVolume {
+        serde_json::from_value(json!({"metadata": {"name": "pvc-1", "uid": uid}})).unwrap()
+    }
+
+    fn template() -> PersistentVolume {
+        serde_json::from_value(json!({"metadata": {"annotations": {
+            ANN_DEPROVISION_SPEC: json!({"namespace": "cfg", "config": "cfg/c", "image": "img:1",
+                "timeoutSeconds": 60, "retries": 0, "permanentExitCodes": []}).to_string(),
+            ANN_PARAMETERS: "{\"dir\":\"/v/a\"}"}}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_record_is_bound_to_its_volume_uid() {
+        let cm = build_record(&pv("u-1"), &template()).unwrap();
+        assert_eq!(cm.metadata.name.as_deref(), Some("flex-record-u-1"));
+        assert_eq!(cm.metadata.namespace.as_deref(), Some("cfg"));
+        assert_eq!(cm.metadata.owner_references.as_ref().unwrap()[0].uid, "u-1");
+        let r = read_record(&cm, &pv("u-1")).unwrap();
+        assert_eq!(r.recipe.image, "img:1");
+        assert_eq!(r.parameters["dir"], "/v/a");
+        let decoy = read_record(&cm, &pv("u-2")).unwrap_err();
+        assert!(decoy.contains("does not belong"), "{decoy}");
+        // A PV made by a provisioning Job whose claim is gone: the record comes from the
+        // template in the Job, only for the PV it names, made after the Job.
+        let mut t = template();
+        t.metadata.name = Some("pvc-1".into());
+        t.spec = Some(serde_json::from_value(json!({"claimRef": {"uid": "c-1"}})).unwrap());
+        let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(json!({
+            "metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"template": {"spec": {"containers": [{"name": "p",
+                "env": [{"name": "PV_TEMPLATE", "value": serde_json::to_string(&t).unwrap()}]}]}}}}))
+        .unwrap();
+        let late = |name: &str, claim: &str, at: &str| -> PersistentVolume {
+            serde_json::from_value(
+                json!({"metadata": {"name": name, "uid": "u-9", "creationTimestamp": at},
+                "spec": {"claimRef": {"uid": claim}}}),
+            )
+            .unwrap()
+        };
+        let made = late("pvc-1", "c-1", "2026-01-01T00:00:05Z");
+        let r = read_record(&record_from_job(&made, &job).unwrap(), &made).unwrap();
+        assert_eq!(r.recipe.image, "img:1");
+        assert!(record_from_job(&late("decoy", "c-1", "2026-01-01T00:00:05Z"), &job).is_none());
+        assert!(record_from_job(&late("pvc-1", "c-2", "2026-01-01T00:00:05Z"), &job).is_none());
+        assert!(record_from_job(&late("pvc-1", "c-1", "2025-12-31T00:00:00Z"), &job).is_none());
+        let mut unlabelled = cm.clone();
+        unlabelled.metadata.labels = None;
+        assert!(read_record(&unlabelled, &pv("u-1")).is_err());
+    }
+}

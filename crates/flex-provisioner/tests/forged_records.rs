@@ -1,0 +1,144 @@
+//! End to end on the sandbox: what a deprovision Job runs comes only from the record the
+//! controller wrote in the config namespace, bound to the PV's uid. A decoy PV carrying
+//! every annotation, label and finalizer of a real one gets no Job and a Warning; a recipe
+//! rewritten on a real PV is ignored.
+
+mod common;
+
+use common::provisioning::*;
+use common::sandbox::eventually;
+use k8s_openapi::api::core::v1::{Event, PersistentVolume};
+use kube::api::{Api, ListParams, Patch, PostParams};
+use serde_json::json;
+
+#[tokio::test]
+async fn a_decoy_pv_with_copied_records_never_gets_a_job() {
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    class(&sb, "fast", "Immediate", "make-pv", json!({})).await;
+    claim(&sb, "data", "fast").await;
+    let bound = bound(&sb, "data", 30).await;
+    let real_name = bound.spec.unwrap().volume_name.unwrap();
+    let pvs: Api<PersistentVolume> = Api::all(sb.client().unwrap());
+    // Wait for the bookkeeping, so the copy carries everything a real volume of ours has.
+    let real = eventually(10, "the real PV's finalizer", || async {
+        let pv = pvs.get(&real_name).await.ok()?;
+        pv.metadata
+            .finalizers
+            .as_ref()?
+            .iter()
+            .any(|f| f == "flex-provisioner.io/deprovision")
+            .then_some(pv)
+    })
+    .await;
+    let mut spec = real.spec.clone().unwrap();
+    spec.claim_ref = Some(k8s_openapi::api::core::v1::ObjectReference {
+        namespace: Some("default".into()),
+        name: Some("nobody".into()),
+        uid: Some("00000000-0000-0000-0000-000000000000".into()),
+        ..Default::default()
+    });
+    let decoy = PersistentVolume {
+        metadata: kube::api::ObjectMeta {
+            name: Some("decoy".into()),
+            annotations: real.metadata.annotations.clone(),
+            labels: real.metadata.labels.clone(),
+            finalizers: real.metadata.finalizers.clone(),
+            ..Default::default()
+        },
+        spec: Some(spec),
+        status: None,
+    };
+    pvs.create(&PostParams::default(), &decoy).await.unwrap();
+    let events: Api<Event> = Api::all(sb.client().unwrap());
+    let warning = eventually(20, "a Warning on the decoy", || async {
+        events
+            .list(&ListParams::default().fields("involvedObject.name=decoy"))
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| e.type_.as_deref() == Some("Warning"))
+            .and_then(|e| e.message)
+    })
+    .await;
+    assert!(warning.contains("no deprovision record"), "{warning}");
+    assert!(jobs_of(&sb, "deprovision").await.is_empty(), "nothing ran");
+    assert!(pvs.get_opt(&real_name).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn a_recipe_rewritten_on_a_real_pv_is_ignored() {
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    class(&sb, "fast", "Immediate", "make-pv", json!({})).await;
+    claim(&sb, "data", "fast").await;
+    let bound = bound(&sb, "data", 30).await;
+    let pv_name = bound.spec.unwrap().volume_name.unwrap();
+    let pvs: Api<PersistentVolume> = Api::all(sb.client().unwrap());
+    eventually(10, "the real PV's bookkeeping", || async {
+        let pv = pvs.get(&pv_name).await.ok()?;
+        pv.metadata
+            .annotations?
+            .contains_key("flex-provisioner.io/deprovision-spec")
+            .then_some(())
+    })
+    .await;
+    let evil = json!({"namespace": "kube-system", "config": "x/y", "image": "evil:1",
+        "serviceAccount": "flex-provisioner", "timeoutSeconds": 60, "retries": 0,
+        "permanentExitCodes": []})
+    .to_string();
+    pvs.patch(
+        &pv_name,
+        &Default::default(),
+        &Patch::Merge(
+            &json!({"metadata": {"annotations": {"flex-provisioner.io/deprovision-spec": evil}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(
+        sb.client().unwrap(),
+        "default",
+    )
+    .delete("data", &Default::default())
+    .await
+    .unwrap();
+    eventually(30, "the PV to be deprovisioned and removed", || async {
+        pvs.get_opt(&pv_name).await.unwrap().is_none().then_some(())
+    })
+    .await;
+    let jobs = jobs_of(&sb, "deprovision").await;
+    assert_eq!(jobs.len(), 1);
+    let pod = jobs[0]
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap();
+    assert_eq!(
+        pod.containers[0].image.as_deref(),
+        Some("make-pv"),
+        "the recorded image"
+    );
+    assert_ne!(
+        pod.service_account_name.as_deref(),
+        Some("flex-provisioner")
+    );
+    assert_eq!(jobs[0].metadata.namespace.as_deref(), Some(NS));
+    // The record goes with its PV (garbage collection through its owner reference).
+    let records: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(sb.client().unwrap(), NS);
+    eventually(20, "the record to be collected with its PV", || async {
+        records
+            .list(&ListParams::default().labels("flex-provisioner.io/record=true"))
+            .await
+            .ok()?
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+}
