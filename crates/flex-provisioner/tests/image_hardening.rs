@@ -11,11 +11,10 @@ use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 
 use common::provisioning::{
-    bound, controller_with, options, sandbox, sandbox_with, storage_dir, wait_event,
+    NS, bound, claim_with_pod, sandbox, sandbox_with, storage_dir, wait_event, with_examples,
 };
 use common::sandbox::eventually;
 use flex_provisioner::sandbox::Sandbox;
-use flex_provisioner::sandbox_cmd::apply_files;
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
@@ -24,7 +23,6 @@ use serde_json::{Value, json};
 const NODE: &str = "node-a";
 /// hostpath's base in `configmaps/hostpath.yaml`, as a node path.
 const BASE: &str = "/var/lib/flex-provisioner/volumes";
-const EXAMPLE_NS: &str = "flex-provisioner";
 const PV: &str = "pvc-0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d";
 
 /// What a finished pod reported.
@@ -763,51 +761,6 @@ fn entrypoints_find_the_shared_library_beside_them_and_the_images_ship_it() {
 
 // End to end through the controller with the shipped example ConfigMaps.
 
-async fn with_examples(files: &[&str]) -> (Sandbox, tokio::task::JoinHandle<()>) {
-    let sb = sandbox().await;
-    // deploy/ (namespace, accounts, RBAC) is installed by `sandbox()`.
-    let c = controller_with(
-        &sb,
-        flex_provisioner::controller::Options {
-            config_namespaces: vec![EXAMPLE_NS.into()],
-            ..options()
-        },
-    );
-    let files: Vec<PathBuf> = std::iter::once("deploy/serviceaccounts.yaml")
-        .chain(files.iter().copied())
-        .map(PathBuf::from)
-        .collect();
-    for line in apply_files(&sb, &files).unwrap() {
-        assert!(
-            line.ends_with("created") || line.ends_with("unchanged (already exists)"),
-            "{line}"
-        );
-    }
-    (sb, c)
-}
-
-/// A claim of `class` with a pod that uses it (so a WaitForFirstConsumer class gets a node).
-async fn claim_with_user(sb: &Sandbox, name: &str, class: &str) {
-    let c = sb.client().unwrap();
-    let pvc: PersistentVolumeClaim = serde_json::from_value(
-        json!({"metadata": {"name": name}, "spec": {"storageClassName": class,
-        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
-    )
-    .unwrap();
-    Api::<PersistentVolumeClaim>::namespaced(c.clone(), "default")
-        .create(&PostParams::default(), &pvc)
-        .await
-        .unwrap();
-    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": format!("{name}-user")}, "spec": {"restartPolicy": "Never",
-        "containers": [{"name": "w", "image": "demo-writer", "volumeMounts": [{"name": "d", "mountPath": "/data"}]}],
-        "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": name}}]}}))
-    .unwrap();
-    Api::<Pod>::namespaced(c, "default")
-        .create(&PostParams::default(), &pod)
-        .await
-        .unwrap();
-}
-
 #[tokio::test]
 async fn hostpath_end_to_end_a_link_planted_in_the_base_fails_the_claim_and_touches_nothing() {
     common::at_root();
@@ -819,7 +772,7 @@ async fn hostpath_end_to_end_a_link_planted_in_the_base_fails_the_claim_and_touc
         std::fs::create_dir_all(&base).unwrap();
         symlink(&out, base.join("default")).unwrap();
     }
-    claim_with_user(&sb, "data", "local-hostpath").await;
+    claim_with_pod(&sb, "data", "local-hostpath", "data-user").await;
     let m = wait_event(&sb, "data", "ProvisioningFailed", "symbolic link", 60).await;
     assert!(
         m.contains(&format!("refusing {BASE}/default: it is a symbolic link")),
@@ -835,7 +788,7 @@ async fn hostpath_end_to_end_a_link_planted_in_the_base_fails_the_claim_and_touc
 
 /// The Jobs of one action in the examples' namespace.
 async fn jobs_of_ns(sb: &Sandbox, action: &str) -> usize {
-    Api::<k8s_openapi::api::batch::v1::Job>::namespaced(sb.client().unwrap(), EXAMPLE_NS)
+    Api::<k8s_openapi::api::batch::v1::Job>::namespaced(sb.client().unwrap(), NS)
         .list(&ListParams::default().labels(&format!("flex-provisioner.io/action={action}")))
         .await
         .unwrap()
@@ -848,7 +801,7 @@ async fn hostpath_end_to_end_a_volume_replaced_by_a_link_is_not_deprovisioned_th
     common::at_root();
     let (sb, _c) = with_examples(&["configmaps/hostpath.yaml"]).await;
     let out = outside(&sb);
-    claim_with_user(&sb, "data", "local-hostpath").await;
+    claim_with_pod(&sb, "data", "local-hostpath", "data-user").await;
     let claim = bound(&sb, "data", 60).await;
     let pods: Api<Pod> = Api::namespaced(sb.client().unwrap(), "default");
     eventually(30, "the user pod to finish", || async {

@@ -3,47 +3,18 @@
 
 mod common;
 
-use std::path::PathBuf;
-
 use common::provisioning::{
-    bound, controller_with, local_path, options, sandbox, storage_dir, wait_event,
+    NS, bound, claim_with_pod, local_path, storage_dir, wait_event, with_examples,
 };
 use common::sandbox::eventually;
 use flex_provisioner::sandbox::Sandbox;
-use flex_provisioner::sandbox_cmd::apply_files;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams};
 use serde_json::json;
-
-const EXAMPLE_NS: &str = "flex-provisioner";
-
-async fn with_examples(files: &[&str]) -> (Sandbox, tokio::task::JoinHandle<()>) {
-    let sb = sandbox().await;
-    // deploy/ (namespace, accounts, RBAC) is installed by `sandbox()`.
-    let c = controller_with(
-        &sb,
-        flex_provisioner::controller::Options {
-            config_namespaces: vec![EXAMPLE_NS.into()],
-            ..options()
-        },
-    );
-    // The examples' Jobs run as the images' service account.
-    let files: Vec<PathBuf> = std::iter::once("deploy/serviceaccounts.yaml")
-        .chain(files.iter().copied())
-        .map(PathBuf::from)
-        .collect();
-    for line in apply_files(&sb, &files).unwrap() {
-        assert!(
-            line.ends_with("created") || line.ends_with("unchanged (already exists)"),
-            "{line}"
-        );
-    }
-    (sb, c)
-}
 
 /// A claim of `class` and a pod that writes hello.txt into it; returns the bound claim.
 async fn claim_and_write(sb: &Sandbox, name: &str, class: &str) -> PersistentVolumeClaim {
-    claim_with_writer(sb, name, class).await;
+    claim_with_pod(sb, name, class, &format!("{name}-writer")).await;
     let pods: Api<Pod> = Api::namespaced(sb.client().unwrap(), "default");
     let claim = bound(sb, name, 60).await;
     eventually(30, "the writer to finish", || async {
@@ -96,8 +67,7 @@ async fn hostpath_provisions_binds_writes_and_removes_the_directory() {
 async fn hostpath_refuses_a_path_that_escapes_its_base() {
     common::at_root();
     let (sb, _c) = with_examples(&["configmaps/hostpath.yaml"]).await;
-    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
-        Api::namespaced(sb.client().unwrap(), EXAMPLE_NS);
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(sb.client().unwrap(), NS);
     let patch = json!({"data": {"directory": "../../etc/{{claim.name}}"}});
     cms.patch(
         "hostpath-provisioner",
@@ -106,40 +76,17 @@ async fn hostpath_refuses_a_path_that_escapes_its_base() {
     )
     .await
     .unwrap();
-    claim_with_writer(&sb, "evil", "local-hostpath").await;
+    claim_with_pod(&sb, "evil", "local-hostpath", "evil-writer").await;
     let m = wait_event(&sb, "evil", "ProvisioningFailed", "not retried", 30).await;
     assert!(
         m.contains("escapes base-path"),
         "the image's own message reaches the claim: {m}"
     );
-    let jobs =
-        Api::<k8s_openapi::api::batch::v1::Job>::namespaced(sb.client().unwrap(), EXAMPLE_NS)
-            .list(&Default::default())
-            .await
-            .unwrap();
+    let jobs = Api::<k8s_openapi::api::batch::v1::Job>::namespaced(sb.client().unwrap(), NS)
+        .list(&Default::default())
+        .await
+        .unwrap();
     assert_eq!(jobs.items.len(), 1, "a permanent exit code is not retried");
-}
-
-/// A claim of `class` with a pod that writes hello.txt into it, not waiting for it to bind.
-async fn claim_with_writer(sb: &Sandbox, name: &str, class: &str) {
-    let c = sb.client().unwrap();
-    let pvc: PersistentVolumeClaim = serde_json::from_value(
-        json!({"metadata": {"name": name}, "spec": {"storageClassName": class,
-        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
-    )
-    .unwrap();
-    Api::<PersistentVolumeClaim>::namespaced(c.clone(), "default")
-        .create(&PostParams::default(), &pvc)
-        .await
-        .unwrap();
-    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": format!("{name}-writer")}, "spec": {"restartPolicy": "Never",
-        "containers": [{"name": "w", "image": "demo-writer", "volumeMounts": [{"name": "d", "mountPath": "/data"}]}],
-        "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": name}}]}}))
-    .unwrap();
-    Api::<Pod>::namespaced(c, "default")
-        .create(&PostParams::default(), &pod)
-        .await
-        .unwrap();
 }
 
 #[tokio::test]

@@ -5,12 +5,12 @@
 
 mod common;
 
-use common::sandbox::{eventually, options};
+use common::sandbox::{eventually, start_with_auth};
 use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use kube_sandbox::{Sandbox, SandboxOptions};
+use kube_sandbox::Sandbox;
 use serde_json::{Value, json};
 
 /// Test images of this file: `<name>` -> shell script body.
@@ -20,26 +20,7 @@ const IMAGES: &[(&str, &str)] = &[(
 )];
 
 async fn start() -> Sandbox {
-    let images = std::env::temp_dir().join(format!(
-        "auth-test-images-{}-{}",
-        std::process::id(),
-        kube_sandbox::ids::name_suffix()
-    ));
-    for (name, body) in IMAGES {
-        let d = images.join(name);
-        std::fs::create_dir_all(&d).unwrap();
-        let p = d.join("entrypoint");
-        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    Sandbox::start(SandboxOptions {
-        auth: true,
-        images_dir: images,
-        ..options()
-    })
-    .await
-    .expect("sandbox starts")
+    start_with_auth(IMAGES).await
 }
 
 /// A client sending `token` (or no credentials).

@@ -12,8 +12,8 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::kubectl::{kubectl, ok};
-use common::sandbox::{eventually, options};
-use kube_sandbox::{Sandbox, SandboxOptions};
+use common::sandbox::{eventually, start_with_auth};
+use kube_sandbox::Sandbox;
 
 const IMAGES: &[(&str, &str)] = &[(
     "kubectl-in-pod",
@@ -21,26 +21,7 @@ const IMAGES: &[(&str, &str)] = &[(
 )];
 
 async fn start() -> Sandbox {
-    let images = std::env::temp_dir().join(format!(
-        "https-test-images-{}-{}",
-        std::process::id(),
-        kube_sandbox::ids::name_suffix()
-    ));
-    for (name, body) in IMAGES {
-        let d = images.join(name);
-        std::fs::create_dir_all(&d).unwrap();
-        let p = d.join("entrypoint");
-        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    Sandbox::start(SandboxOptions {
-        auth: true,
-        images_dir: images,
-        ..options()
-    })
-    .await
-    .expect("sandbox starts")
+    start_with_auth(IMAGES).await
 }
 
 /// A kubeconfig like the sandbox's, with another user's token.

@@ -3,40 +3,18 @@
 
 mod common;
 
-use std::process::Command;
-
+use common::kubectl::kubectl_blocking;
 use common::sandbox::start;
 
+/// The shared kubectl runner, as (exit code, stdout, stderr).
 fn kubectl(
     kubeconfig: &std::path::Path,
     args: &[&str],
     stdin: Option<&str>,
 ) -> (i32, String, String) {
-    use std::io::Write;
-    let mut cmd = Command::new("kubectl");
-    cmd.env("KUBECONFIG", kubeconfig)
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child = cmd.spawn().expect(
-        "kubectl must be installed for this test (Debian: apt-get install kubernetes-client)",
-    );
-    if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-    }
-    drop(child.stdin.take());
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let r = kubectl_blocking(kubeconfig, &args, stdin);
+    (r.rc, r.out, r.err)
 }
 
 const OBJECTS: &str = r#"

@@ -81,6 +81,33 @@ fn gone_is_done<T>(r: Result<T, kube::Error>) -> crate::Result<()> {
     }
 }
 
+/// A create whose object already exists (made by an earlier run) counts as done: it is
+/// adopted, never duplicated.
+fn exists_is_done<T>(r: Result<T, kube::Error>) -> crate::Result<()> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Creates an object in its own namespace, adopting one that exists.
+async fn create_or_adopt<K>(ctx: &context::Context, object: &K) -> crate::Result<()>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let ns = object.meta().namespace.clone().unwrap_or_default();
+    exists_is_done(
+        Api::<K>::namespaced(ctx.client.clone(), &ns)
+            .create(&kube::api::PostParams::default(), object)
+            .await,
+    )
+}
+
 fn claim_ref_of(
     annotations: Option<&std::collections::BTreeMap<String, String>>,
 ) -> Option<ObjectRef<PersistentVolumeClaim>> {

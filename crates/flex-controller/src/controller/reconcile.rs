@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Event as CoreEvent, Node, PersistentVolume, PersistentVolumeClaim, Pod,
+    Event as CoreEvent, Node, PersistentVolume, PersistentVolumeClaim, Pod,
 };
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
@@ -15,7 +15,7 @@ use serde_json::json;
 
 use super::configs::Resolved;
 use super::context::Context;
-use super::gone_is_done;
+use super::{create_or_adopt, gone_is_done};
 use crate::claim::{ClaimRequest, NodeInfo};
 use crate::job::{JobOutcome, ProvisionContext, outcome, provision_job};
 use crate::names::{
@@ -97,11 +97,12 @@ pub async fn reconcile(
     let ours = [ANN_STORAGE_PROVISIONER, ANN_STORAGE_PROVISIONER_BETA]
         .iter()
         .any(|k| claim.annotations().get(*k) == Some(&opts.provisioner_name));
-    let rendered = match (&resolved, ClaimRequest::from_claim(&claim)) {
+    let request = ClaimRequest::from_claim(&claim);
+    let rendered = match (&resolved, &request) {
         (Resolved::Ready(c), Ok(req)) if ours => {
             let request = RenderRequest {
                 config: c.clone(),
-                claim: req,
+                claim: req.clone(),
                 node: node.clone(),
                 provisioner_name: opts.provisioner_name.clone(),
             };
@@ -134,8 +135,8 @@ pub async fn reconcile(
         .filter(|j| outcome(j, &[]) == JobOutcome::Running)
         .count()
         + ctx.starts.unseen(&class, &cached);
-    let hash = match (&resolved, ClaimRequest::from_claim(&claim)) {
-        (Resolved::Ready(c), Ok(req)) => inputs_hash(c, &req),
+    let hash = match (&resolved, &request) {
+        (Resolved::Ready(c), Ok(req)) => inputs_hash(c, req),
         _ => String::new(),
     };
     let config = match &resolved {
@@ -213,7 +214,7 @@ pub async fn reconcile(
             // The record first: a volume with our finalizer but no record could never be
             // deprovisioned (it would be kept, with a warning).
             if let Some(record) = record {
-                write_record(&ctx, &record).await?;
+                create_or_adopt(&ctx, record.as_ref()).await?;
             }
             if let Some(patch) = patch {
                 let pvs: Api<PersistentVolume> = Api::all(ctx.client.clone());
@@ -233,7 +234,7 @@ pub async fn reconcile(
             record,
         } => {
             if let Some(record) = record {
-                write_record(&ctx, &record).await?;
+                create_or_adopt(&ctx, record.as_ref()).await?;
             }
             let pvs: Api<PersistentVolume> = Api::all(ctx.client.clone());
             let dp = DeleteParams {
@@ -254,7 +255,7 @@ pub async fn reconcile(
             let Resolved::Ready(config) = &resolved else {
                 return Ok(Action::await_change());
             };
-            let request = ClaimRequest::from_claim(&claim)?;
+            let request = request.clone()?;
             let mut job = provision_job(
                 ProvisionContext {
                     config,
@@ -273,13 +274,8 @@ pub async fn reconcile(
                 .insert(ANN_INPUTS.into(), hash.clone());
             let ns = job.namespace().unwrap_or_default();
             let job_name = job.name_any();
-            let jobs_api: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
-            match jobs_api.create(&PostParams::default(), &job).await {
-                // Already created (by an earlier run of this controller): adopt it.
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 409 => {}
-                Err(e) => return Err(e.into()),
-            }
+            // Already created (by an earlier run of this controller): adopted.
+            create_or_adopt(&ctx, &job).await?;
             ctx.starts.record(&class, &job_name);
             ctx.tell(&on, &class, &[Notice::normal(
                     format!("provisioning/{uid}/{attempt}"),
@@ -301,20 +297,6 @@ pub async fn reconcile(
             Action::requeue(RUNNING_RECHECK)
         }
     })
-}
-
-/// Creates a volume's deprovision record; one that exists is kept (it was made from the
-/// configuration the volume was provisioned with).
-async fn write_record(ctx: &Context, record: &ConfigMap) -> crate::Result<()> {
-    let ns = record.metadata.namespace.clone().unwrap_or_default();
-    match Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns)
-        .create(&PostParams::default(), record)
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// A Job whose pod could not even be created (a missing ServiceAccount, a quota) leaves no

@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
 use super::context::Context;
-use super::gone_is_done;
+use super::{create_or_adopt, gone_is_done};
 use crate::job::{JobOutcome, outcome};
 use crate::names::{ANN_PROVISIONED_BY, LABEL_ACTION, LABEL_CLAIM_UID, LABEL_VOLUME};
 use crate::plan::volume::{VolumeInputs, VolumePlan, VolumeStep, plan_volume};
@@ -61,11 +61,9 @@ pub async fn reconcile_volume(
                 && j.labels().get(LABEL_CLAIM_UID) == Some(&claim_uid)
         })
         .collect();
-    let provisioning = all_jobs.iter().any(|j| {
-        action_is(j.labels(), "provision")
-            && j.labels().get(LABEL_CLAIM_UID) == Some(&claim_uid)
-            && outcome(j, &[]) == JobOutcome::Running
-    });
+    let provisioning = provision_jobs
+        .iter()
+        .any(|j| outcome(j, &[]) == JobOutcome::Running);
     let jobs: Vec<&Job> = all_jobs
         .iter()
         .map(AsRef::as_ref)
@@ -183,27 +181,11 @@ pub async fn reconcile_volume(
             Action::await_change()
         }
         VolumeStep::WriteRecord(record) => {
-            let ns = record.metadata.namespace.clone().unwrap_or_default();
-            match Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns)
-                .create(&PostParams::default(), &record)
-                .await
-            {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 409 => {}
-                Err(e) => return Err(e.into()),
-            }
+            create_or_adopt(&ctx, record.as_ref()).await?;
             Action::requeue(Duration::from_millis(100))
         }
         VolumeStep::CreateJob(job) => {
-            let ns = job.namespace().unwrap_or_default();
-            match Api::<Job>::namespaced(ctx.client.clone(), &ns)
-                .create(&PostParams::default(), &job)
-                .await
-            {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 409 => {}
-                Err(e) => return Err(e.into()),
-            }
+            create_or_adopt(&ctx, job.as_ref()).await?;
             Action::requeue(crate::plan::volume::RUNNING_RECHECK)
         }
     })

@@ -472,3 +472,36 @@ pub async fn events_saying(sb: &Sandbox, needle: &str) -> Vec<String> {
         .filter(|m| m.contains(needle))
         .collect()
 }
+
+/// A sandbox with the controller running and the example files applied (deploy/'s
+/// namespace, accounts and RBAC come with `sandbox()`).
+pub async fn with_examples(files: &[&str]) -> (Sandbox, JoinHandle<()>) {
+    let sb = sandbox().await;
+    let c = controller(&sb);
+    let files: Vec<PathBuf> = files.iter().map(PathBuf::from).collect();
+    for line in flex_provisioner::sandbox_cmd::apply_files(&sb, &files).unwrap() {
+        assert!(
+            line.ends_with("created") || line.ends_with("unchanged (already exists)"),
+            "{line}"
+        );
+    }
+    (sb, c)
+}
+
+/// A claim of `class` and a pod `pod` that writes hello.txt into it (so a
+/// WaitForFirstConsumer class gets a node), not waiting for it to bind.
+pub async fn claim_with_pod(sb: &Sandbox, name: &str, class: &str, pod: &str) {
+    let c = sb.client().unwrap();
+    Api::<PersistentVolumeClaim>::namespaced(c.clone(), "default")
+        .create(&PostParams::default(), &claim_object(name, class))
+        .await
+        .unwrap();
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({"metadata": {"name": pod}, "spec": {"restartPolicy": "Never",
+        "containers": [{"name": "w", "image": "demo-writer", "volumeMounts": [{"name": "d", "mountPath": "/data"}]}],
+        "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": name}}]}}))
+    .unwrap();
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(c, "default")
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+}

@@ -30,12 +30,17 @@ pub const IMAGES: &[(&str, &str)] = &[
 ];
 
 pub fn images_dir() -> PathBuf {
+    write_images(IMAGES)
+}
+
+/// A fresh directory of test images: `<name>/entrypoint` running each script body.
+pub fn write_images(images: &[(&str, &str)]) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "flex-test-images-{}-{}",
         std::process::id(),
         kube_sandbox::ids::name_suffix()
     ));
-    for (name, body) in IMAGES {
+    for (name, body) in images {
         let d = dir.join(name);
         std::fs::create_dir_all(&d).unwrap();
         let p = d.join("entrypoint");
@@ -57,6 +62,17 @@ pub fn options() -> SandboxOptions {
 
 pub async fn start() -> Sandbox {
     Sandbox::start(options()).await.expect("sandbox starts")
+}
+
+/// A sandbox with tokens, RBAC and HTTPS on, running only `images`.
+pub async fn start_with_auth(images: &[(&str, &str)]) -> Sandbox {
+    Sandbox::start(SandboxOptions {
+        auth: true,
+        images_dir: write_images(images),
+        ..options()
+    })
+    .await
+    .expect("sandbox starts")
 }
 
 /// Polls `f` until it returns `Some`, or panics with `what` after `secs`.
