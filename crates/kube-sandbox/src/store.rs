@@ -192,6 +192,11 @@ impl Store {
         (items, matching.count(), state.rv)
     }
 
+    /// What `f` picks out of each object of a resource, without copying the objects.
+    pub fn pick<T>(&self, rid: Rid, f: impl Fn(&Value) -> Option<T>) -> Vec<T> {
+        self.lock().objects[rid].values().filter_map(f).collect()
+    }
+
     pub fn count(&self, rid: Rid) -> usize {
         self.lock().objects[rid].len()
     }

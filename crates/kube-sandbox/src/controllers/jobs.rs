@@ -4,7 +4,7 @@
 //! real controller (FailureTarget then Failed, SuccessCriteriaMet then Complete), events,
 //! and deletion after ttlSecondsAfterFinished.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -132,20 +132,36 @@ impl Jobs {
             .await;
     }
 
-    fn owned_pods(&self, api: &Api, job: &Value) -> Vec<Value> {
-        let uid = uid_of(job).to_owned();
-        api.store
-            .list(self.pods, Some(ns_of(job)), |p| {
-                p["metadata"]["ownerReferences"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|r| r["uid"] == uid.as_str() && r["controller"] == true)
-            })
-            .0
+    /// Every tracked or owned pod by its controlling Job's uid, in one pass over the pods:
+    /// one scan per batch rather than one per Job keeps a burst of Jobs linear.
+    /// Only the pods of `jobs` (uids) are copied.
+    fn pods_by_owner(&self, api: &Api, jobs: &HashSet<&str>) -> HashMap<String, Vec<Value>> {
+        let owner = |pod: &Value| {
+            pod["metadata"]["ownerReferences"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|r| r["controller"] == true)
+                .and_then(|r| r["uid"].as_str())
+                .filter(|uid| jobs.contains(uid))
+                .map(str::to_owned)
+        };
+        let mut by_owner: HashMap<String, Vec<Value>> = HashMap::new();
+        for pod in api.store.list(self.pods, None, |p| owner(p).is_some()).0 {
+            if let Some(uid) = owner(&pod) {
+                by_owner.entry(uid).or_default().push(pod);
+            }
+        }
+        by_owner
     }
 
     async fn release_pod(&self, api: &Api, pod: &Value) {
+        let tracked = pod["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|x| x == TRACKING));
+        if !tracked {
+            return;
+        }
         self.throttle
             .modify(api, self.pods, ns_of(pod), name_of(pod), |next| {
                 if let Some(list) = next["metadata"]["finalizers"].as_array_mut() {
@@ -277,8 +293,8 @@ impl Jobs {
         self.event(api, job, type_, reason, &message).await;
     }
 
-    async fn reconcile(&mut self, api: &Api, job: &Value) {
-        let pods = self.owned_pods(api, job);
+    /// `pods`: the pods this Job controls, as the batch began.
+    async fn reconcile(&mut self, api: &Api, job: &Value, pods: Vec<Value>) {
         // A Job being deleted lets go of its finished or stopping pods, so the collector
         // can remove them (and then the Job, in foreground deletion).
         if is_deleting(job) {
@@ -456,37 +472,53 @@ pub async fn run(api: Arc<Api>, base_backoff: Duration, throttle: Throttle) {
         let changes = feed.next().await;
         let api: &Api = &api;
         {
-            let (all, _) = api.store.list(jobs.jobs, None, |_| true);
-            let touched: Vec<&Value> = if changes.is_empty() {
-                all.iter().collect()
-            } else {
-                let uids: Vec<String> = changes
-                    .iter()
-                    .flat_map(|c| {
-                        let own = if c.rid == jobs.jobs {
-                            vec![uid_of(&c.object).to_owned()]
-                        } else {
-                            vec![]
-                        };
-                        let owners = c.object["metadata"]["ownerReferences"]
-                            .as_array()
-                            .into_iter()
-                            .flatten()
-                            .filter_map(|r| r["uid"].as_str().map(str::to_owned))
-                            .collect::<Vec<_>>();
-                        own.into_iter().chain(owners)
-                    })
-                    .collect();
-                all.iter()
-                    .filter(|j| uids.iter().any(|u| u == uid_of(j)))
-                    .collect()
+            // Only the touched Jobs are copied; a resync (empty batch) touches them all.
+            let uids: HashSet<String> = changes
+                .iter()
+                .flat_map(|c| {
+                    let own = (c.rid == jobs.jobs).then(|| uid_of(&c.object).to_owned());
+                    let owners = c.object["metadata"]["ownerReferences"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|r| r["uid"].as_str().map(str::to_owned))
+                        .collect::<Vec<_>>();
+                    own.into_iter().chain(owners)
+                })
+                .collect();
+            // A resync is for time-based work (backoff, deadline, TTL); a finished Job without
+            // a TTL has none, and the changes of its pods touch it when it has work.
+            let resync = changes.is_empty();
+            let wanted = |j: &Value| {
+                if resync {
+                    let finished = condition_true(j, "Complete") || condition_true(j, "Failed");
+                    !finished || is_deleting(j) || !j["spec"]["ttlSecondsAfterFinished"].is_null()
+                } else {
+                    uids.contains(uid_of(j))
+                }
             };
-            for job in touched {
-                if let Some(current) = api.store.get(jobs.jobs, ns_of(job), name_of(job)) {
-                    jobs.reconcile(api, &current).await;
+            let touched: Vec<(String, String, String)> = api.store.pick(jobs.jobs, |j| {
+                wanted(j).then(|| {
+                    (
+                        ns_of(j).to_owned(),
+                        name_of(j).to_owned(),
+                        uid_of(j).to_owned(),
+                    )
+                })
+            });
+            let touched_uids: HashSet<&str> = touched.iter().map(|(_, _, u)| u.as_str()).collect();
+            let mut pods = jobs.pods_by_owner(api, &touched_uids);
+            for (ns, name, _) in &touched {
+                if let Some(current) = api.store.get(jobs.jobs, ns, name) {
+                    let owned = pods.remove(uid_of(&current)).unwrap_or_default();
+                    jobs.reconcile(api, &current, owned).await;
                 }
             }
-            let live: Vec<String> = all.iter().map(|j| uid_of(j).to_owned()).collect();
+            let live: HashSet<String> = api
+                .store
+                .pick(jobs.jobs, |j| Some(uid_of(j).to_owned()))
+                .into_iter()
+                .collect();
             // Pods whose Job is gone are not tracked by anyone any more.
             let (orphans, _) = api.store.list(jobs.pods, None, |p| {
                 p["metadata"]["finalizers"]
@@ -497,7 +529,8 @@ pub async fn run(api: Arc<Api>, base_backoff: Duration, throttle: Throttle) {
                         .into_iter()
                         .flatten()
                         .any(|r| {
-                            r["controller"] == true && live.iter().any(|u| r["uid"] == u.as_str())
+                            r["controller"] == true
+                                && r["uid"].as_str().is_some_and(|u| live.contains(u))
                         })
             });
             for p in &orphans {
