@@ -214,6 +214,7 @@ pub fn prepare_create(r: &Resource, obj: &mut Value) -> ApiResult<()> {
         }
         ("", "persistentvolumeclaims") => {
             default_volume_spec(r, obj);
+            validation::shape_claim_data_sources(obj, None);
             obj["status"] = json!({"phase": "Pending"});
             add_finalizer(obj, "kubernetes.io/pvc-protection");
             validation::validate_create(r, &name, obj)?;
@@ -380,8 +381,14 @@ fn prepare_job(r: &Resource, obj: &mut Value, name: &str) -> ApiResult<()> {
     Ok(())
 }
 
-/// Validation of an update against the stored object; identity fields are kept.
-pub fn prepare_update(r: &Resource, old: &Value, new: &mut Value) -> ApiResult<()> {
+/// Validation of an update against the stored object; identity fields are kept. `sub` names
+/// the subresource written (`Some("status")`), if any.
+pub fn prepare_update(
+    r: &Resource,
+    old: &Value,
+    new: &mut Value,
+    sub: Option<&str>,
+) -> ApiResult<()> {
     validation::check_decodable(r, new)?;
     let name = old["metadata"]["name"]
         .as_str()
@@ -436,10 +443,22 @@ pub fn prepare_update(r: &Resource, old: &Value, new: &mut Value) -> ApiResult<(
     }
     // A spec the client left as stored (always so for status writes) is not defaulted
     // again: the stored one already was.
+    let claim = r.group.is_empty() && r.plural == "persistentvolumeclaims";
+    let mut old_shaped = None;
     if old.get("spec") != new.get("spec") {
         default_volume_spec(r, new);
+        if claim {
+            // The claim strategy shapes the data sources of the new spec, and of the stored
+            // one for the comparison (claims stored before the fields were filled in).
+            validation::shape_claim_data_sources(new, Some(old));
+            // Measured against itself, only the filling-in applies.
+            let mut o = old.clone();
+            validation::shape_claim_data_sources(&mut o, Some(old));
+            old_shaped = Some(o);
+        }
     }
-    validation::validate_update(r, &name, old, new)?;
+    let status = sub == Some("status");
+    validation::validate_update(r, &name, old_shaped.as_ref().unwrap_or(old), new, status)?;
     if r.generation {
         let spec_changed = old.get("spec") != new.get("spec");
         let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);

@@ -5,6 +5,7 @@
 use serde_json::{Value, json};
 
 use super::admission;
+use super::claim_resize;
 use super::events;
 use super::ids;
 use super::managed;
@@ -410,6 +411,16 @@ impl Api {
         let ns_key = if r.namespaced { ns } else { "" };
         let dry_run = ctx.dry_run;
         let mut dry_result = None;
+        // The claim resize plugin reads StorageClasses; the store is locked while the update
+        // is decided, so they are read first.
+        let resized_claim =
+            sub.is_none() && storage.group.is_empty() && storage.plural == "persistentvolumeclaims";
+        let classes = if resized_claim {
+            let sc = resources::find("storage.k8s.io", "v1", "storageclasses").unwrap_or_default();
+            self.store.list(sc, None, |_| true).0
+        } else {
+            Vec::new()
+        };
         let stored = self.store.write(r.storage(), ns_key, name, |current, _| {
             let old = current.ok_or_else(|| ApiError::not_found(r, name))?;
             let old_rv = meta_str(old, "resourceVersion")
@@ -458,7 +469,10 @@ impl Api {
                     }
                 }
             }
-            admission::prepare_update(storage, old, &mut new)?;
+            admission::prepare_update(storage, old, &mut new, sub)?;
+            if resized_claim {
+                claim_resize::admit(name, old, &new, &classes)?;
+            }
             // Ownership: an apply has set it already; a client may rewrite it on purpose
             // (kubectl does, when moving from client-side to server-side apply); otherwise
             // the writer takes over the fields it changed.

@@ -12,6 +12,7 @@
 pub mod admission;
 pub mod api;
 pub mod auth;
+mod claim_resize;
 pub(crate) mod controllers;
 pub mod events;
 pub mod faults;

@@ -416,6 +416,51 @@ async fn claim_create_rules() {
     );
 }
 
+/// Data source errors take their place in ValidatePersistentVolumeClaimSpec's order: after
+/// the volume mode, before the volume attributes class. A stored claim that names an API
+/// group is no longer held to the group syntax (AllowInvalidAPIGroupInDataSourceOrRef): only
+/// the immutability of its spec is reported.
+#[tokio::test]
+async fn claim_data_source_errors_in_order() {
+    let sb = start().await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(sb.client().unwrap(), "default");
+    let s = invalid(
+        claims
+            .create(
+                &PostParams::default(),
+                &claim(
+                    "c-order",
+                    json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+                           "volumeMode": "Raw", "volumeAttributesClassName": "Bad_Class",
+                           "dataSourceRef": {"kind": "ConfigMap", "name": "cm"}}),
+                ),
+            )
+            .await,
+        "PersistentVolumeClaim \"c-order\" is invalid: [spec.volumeMode: Unsupported value: \"Raw\": supported values: \"Block\", \"Filesystem\", spec.dataSource: Invalid value: \"ConfigMap\": must be 'PersistentVolumeClaim' when referencing the default apiGroup, spec.dataSourceRef: Invalid value: \"ConfigMap\": must be 'PersistentVolumeClaim' when referencing the default apiGroup, spec.volumeAttributesClassName: Invalid value: \"Bad_Class\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')]",
+    );
+    assert_eq!(causes(&s).len(), 4);
+
+    // The group of a populator is checked on create only.
+    let populator = json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+                           "dataSourceRef": {"apiGroup": "example.com", "kind": "Thing", "name": "t"}});
+    claims
+        .create(&PostParams::default(), &claim("c-populated", populator))
+        .await
+        .unwrap();
+    let patch = json!({"spec": {"dataSourceRef": {"apiGroup": "Example_Com"}, "dataSource": {"apiGroup": "Example_Com"}}});
+    let s = invalid(
+        claims
+            .patch(
+                "c-populated",
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await,
+        "PersistentVolumeClaim \"c-populated\" is invalid: spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims",
+    );
+    assert_eq!(causes(&s).len(), 1);
+}
+
 #[tokio::test]
 async fn bound_claim_access_modes_are_immutable() {
     let sb = start().await;

@@ -1,6 +1,7 @@
 //! The simulated control-plane loops and what they share: a change-driven loop with a
 //! periodic resync, event recording, and the objects the sandbox starts with.
 
+mod expand;
 mod gc;
 mod jobs;
 pub(crate) mod namespaces;
@@ -367,13 +368,15 @@ pub fn bootstrap(api: &Api, nodes: &[String]) {
 pub fn spawn_all(api: Arc<Api>, opts: &SandboxOptions) -> Vec<JoinHandle<()>> {
     // One bucket: the Job controller, scheduler and collector share one client.
     let throttle = Throttle::new(opts.controller_qps);
-    // The PV controller has a client (and so a limit) of its own, as in
+    // The PV and expand controllers have a client (and so a limit) each, as in
     // kube-controller-manager, where each controller gets its own client.
     let pv_throttle = Throttle::new(opts.controller_qps);
+    let expand_throttle = Throttle::new(opts.controller_qps);
     vec![
         tokio::spawn(namespaces::run(api.clone())),
         tokio::spawn(gc::run(api.clone(), throttle.clone())),
         tokio::spawn(pv::run(api.clone(), pv_throttle)),
+        tokio::spawn(expand::run(api.clone(), expand_throttle)),
         tokio::spawn(scheduler::run(api.clone(), throttle.clone())),
         tokio::spawn(jobs::run(api, opts.pod_backoff, throttle)),
     ]

@@ -5,8 +5,9 @@ use super::*;
 // ---------------------------------------------------------------------------------------
 // PersistentVolumeClaim.
 
-/// ValidatePersistentVolumeClaimSpec (selector and data sources aside).
-pub(super) fn pvc_errors(obj: &Value) -> Errs {
+/// ValidatePersistentVolumeClaimSpec (the selector aside); `any_group` lets data sources
+/// name any API group, as for a stored claim that already names one.
+pub(super) fn pvc_errors(obj: &Value, any_group: bool) -> Errs {
     let mut errs = Errs::default();
     let null = Value::Null;
     let spec = obj.get("spec").unwrap_or(&null);
@@ -32,6 +33,7 @@ pub(super) fn pvc_errors(obj: &Value) -> Errs {
         class_name(&mut errs, "spec.storageClassName", class);
     }
     volume_mode(&mut errs, spec);
+    data_source_errors(&mut errs, spec, any_group);
     if let Some(vac) = present(spec, "volumeAttributesClassName").and_then(Value::as_str)
         && !vac.is_empty()
     {

@@ -174,6 +174,51 @@ pub(super) fn dns_label_errors(s: &str) -> Vec<String> {
     out
 }
 
+const QUALIFIED_NAME_HELP: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+
+fn qualified_name_part_ok(s: &str) -> bool {
+    let b = s.as_bytes();
+    let edge = |c: &u8| c.is_ascii_alphanumeric();
+    b.first().is_some_and(edge)
+        && b.last().is_some_and(edge)
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
+
+/// IsQualifiedName: a name of at most 63 characters with an optional DNS subdomain prefix
+/// and '/', each message as the real one words it.
+pub(super) fn qualified_name_errors(s: &str) -> Vec<String> {
+    let parts: Vec<&str> = s.split('/').collect();
+    let (prefix, name) = match parts.as_slice() {
+        [name] => (None, *name),
+        [prefix, name] => (Some(*prefix), *name),
+        _ => {
+            return vec![format!(
+                "a qualified name {QUALIFIED_NAME_HELP} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
+            )];
+        }
+    };
+    let mut out = Vec::new();
+    match prefix {
+        Some("") => out.push("prefix part must be non-empty".to_owned()),
+        Some(p) => out.extend(
+            dns_subdomain_errors(p)
+                .into_iter()
+                .map(|m| format!("prefix part {m}")),
+        ),
+        None => {}
+    }
+    if name.is_empty() {
+        out.push("name part must be non-empty".to_owned());
+    } else if name.len() > 63 {
+        out.push("name part must be no more than 63 characters".to_owned());
+    }
+    if !qualified_name_part_ok(name) {
+        out.push(format!("name part {QUALIFIED_NAME_HELP}"));
+    }
+    out
+}
+
 /// ValidateClassName: storage and volume-attributes class names are DNS subdomains.
 pub(super) fn class_name(errs: &mut Errs, field: &str, value: &str) {
     for msg in dns_subdomain_errors(value) {

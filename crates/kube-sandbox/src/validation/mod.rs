@@ -8,15 +8,17 @@
 //! create rules run twice (once from the strategy, once inside the update validation), so the
 //! causes hold them twice while the message shows them once; that is kept here.
 //!
-//! Not checked (a real server would): label-selector syntax in a claim's `selector`, claim
-//! `dataSource`/`dataSourceRef`, node-selector key syntax in `nodeAffinity`, the per-source
-//! fields of the rarer volume types (only hostPath, local, nfs, iscsi and csi are looked
-//! into; the others are only counted), PV `nodeAffinity` immutability, and the
-//! PersistentVolumeClaimResize admission plugin (expansion needs `allowVolumeExpansion`).
+//! Not checked (a real server would): label-selector syntax in a claim's `selector`,
+//! node-selector key syntax in `nodeAffinity`, the per-source fields of the rarer volume
+//! types (only hostPath, local, nfs, iscsi and csi are looked into; the others are only
+//! counted), and PV `nodeAffinity` immutability. The PersistentVolumeClaimResize admission
+//! plugin, which needs the StorageClass, is in `crate::claim_resize`.
 //! Update messages leave out the `cmp.Diff` the real server appends after "immutable after
 //! creation": it prints Go's internal structs, which a JSON server cannot reproduce.
 
 mod claim;
+mod claim_status;
+mod data_source;
 mod errors;
 mod quantity;
 mod volume;
@@ -30,6 +32,9 @@ use crate::resources::Resource;
 use crate::status::{ApiError, ApiResult, Cause};
 
 use claim::*;
+use claim_status::*;
+pub use data_source::shape_claim_data_sources;
+use data_source::*;
 use errors::*;
 pub use quantity::check_decodable;
 use quantity::*;
@@ -114,19 +119,38 @@ pub fn validate_create(r: &Resource, name: &str, obj: &Value) -> ApiResult<()> {
             errs.extend(pv_mount_option_errors(obj));
             finish(r, name, errs)
         }
-        ("", "persistentvolumeclaims") => finish(r, name, pvc_errors(obj)),
+        ("", "persistentvolumeclaims") => finish(r, name, pvc_errors(obj, false)),
         _ => Ok(()),
     }
 }
 
-/// Validation of a write to an existing PersistentVolume or PersistentVolumeClaim.
+/// A claim's requested storage in nano-units (absent or unreadable: zero), as the
+/// admission plugins compare requests.
+pub fn requested_storage(obj: &Value) -> i128 {
+    obj.get("spec")
+        .and_then(storage_request)
+        .map_or(0, |q| q.nanos)
+}
+
+/// Validation of a write to an existing PersistentVolume or PersistentVolumeClaim;
+/// `status` says it came through the status subresource.
 ///
 /// A status write leaves the spec as stored, and the real server validates neither the
-/// spec nor the volume's annotations then; admission does not know which subresource was
-/// written, so an unchanged spec stands for it: the spec was valid when stored, and only
-/// the annotation rules (which look at metadata) are applied, when the annotation changed.
-pub fn validate_update(r: &Resource, name: &str, old: &Value, new: &Value) -> ApiResult<()> {
+/// spec nor the volume's annotations then. A claim's status write has rules of its own. A
+/// main write that leaves the spec as it is stands for the same: the spec was valid when
+/// stored, and only the annotation rules (which look at metadata) are applied, when the
+/// annotation changed.
+pub fn validate_update(
+    r: &Resource,
+    name: &str,
+    old: &Value,
+    new: &Value,
+    status: bool,
+) -> ApiResult<()> {
     let spec_changed = old.get("spec") != new.get("spec");
+    if status && (r.group, r.plural) == ("", "persistentvolumeclaims") {
+        return finish(r, name, pvc_status_errors(new));
+    }
     match (r.group, r.plural) {
         ("", "persistentvolumes") => {
             if !spec_changed {
@@ -164,8 +188,9 @@ pub fn validate_update(r: &Resource, name: &str, old: &Value, new: &Value) -> Ap
                 return finish(r, name, errs);
             }
             // As for volumes: the claim rules run twice, then the update rules.
-            let mut errs = pvc_errors(new);
-            errs.extend(pvc_errors(new));
+            let any_group = allows_any_group(old);
+            let mut errs = pvc_errors(new, any_group);
+            errs.extend(pvc_errors(new, any_group));
             errs.extend(pvc_update_errors(old, new));
             finish(r, name, errs)
         }
