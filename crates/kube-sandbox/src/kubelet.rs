@@ -29,6 +29,9 @@ const COMPONENT: &str = "kubelet";
 const MIN_GRACE_SECS: u64 = 2;
 /// How much output a failed container's message keeps with FallbackToLogsOnError.
 const LOG_TAIL_BYTES: usize = 2048;
+/// What the kubelet keeps of a container's termination message file (its
+/// `MaxContainerTerminationMessageLength`).
+const MAX_TERMINATION_MESSAGE_BYTES: usize = 4096;
 
 /// Output of every container, by pod, for `kubectl logs` and the controller's fallback.
 #[derive(Default)]
@@ -850,7 +853,13 @@ impl Kubelet {
             }),
             Err(_) => 128,
         };
-        let mut message = std::fs::read_to_string(&term_path).unwrap_or_default();
+        // The kubelet keeps at most 4096 bytes of a termination message file.
+        let mut message = std::fs::read(&term_path)
+            .map(|mut b| {
+                b.truncate(MAX_TERMINATION_MESSAGE_BYTES);
+                String::from_utf8_lossy(&b).into_owned()
+            })
+            .unwrap_or_default();
         if message.is_empty() && code != 0 && p.fallback_to_logs {
             let start = output.len().saturating_sub(LOG_TAIL_BYTES);
             message = String::from_utf8_lossy(&output[start..]).into_owned();

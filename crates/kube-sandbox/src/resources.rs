@@ -268,6 +268,28 @@ pub static RESOURCES: &[Resource] = &[
         "ClusterRoleBinding",
         false,
     ),
+    // Stored and served; their CEL is not evaluated (docs/sandbox-known-differences.md).
+    Resource {
+        status: true,
+        generation: true,
+        ..r(
+            "admissionregistration.k8s.io",
+            "validatingadmissionpolicies",
+            "validatingadmissionpolicy",
+            "ValidatingAdmissionPolicy",
+            false,
+        )
+    },
+    Resource {
+        generation: true,
+        ..r(
+            "admissionregistration.k8s.io",
+            "validatingadmissionpolicybindings",
+            "validatingadmissionpolicybinding",
+            "ValidatingAdmissionPolicyBinding",
+            false,
+        )
+    },
     Resource {
         create_only: true,
         ..r(
