@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
 use crate::claim::{ClaimRequest, NodeInfo};
-use crate::config::{ClassConfig, pod_template};
+use crate::config::{ClassConfig, PvCreator, pod_template};
 use crate::names::{
     ANN_CLAIM, ANN_CONFIG, ANN_STORAGE_CLASS, Action, CONTAINER_NAME, LABEL_ACTION, LABEL_ATTEMPT,
     LABEL_CLAIM_UID, LABEL_MANAGED_BY, LABEL_VOLUME, MANAGED_BY_VALUE, TERMINATION_MESSAGE_PATH,
@@ -53,6 +53,10 @@ pub struct JobRecipe {
     pub timeout_seconds: u64,
     pub retries: u32,
     pub permanent_exit_codes: BTreeSet<i32>,
+    /// The pod gets no service account token (`pv-creator: controller`): its image has no
+    /// business with the API, so a compromised one cannot reach it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_api_token: bool,
 }
 
 impl JobRecipe {
@@ -71,6 +75,7 @@ impl JobRecipe {
             timeout_seconds: p.timeout.as_secs(),
             retries: p.retries,
             permanent_exit_codes: p.permanent_exit_codes.clone(),
+            no_api_token: p.pv_creator == PvCreator::Controller,
         }
     }
 
@@ -144,8 +149,15 @@ pub fn provision_job(cx: ProvisionContext<'_>, attempt: u32, ttl_seconds: i32) -
         ),
         ("PARAMETERS", rendered.parameters_json()),
         ("TERMINATION_LOG", TERMINATION_MESSAGE_PATH.to_owned()),
+        (
+            "PV_CREATOR",
+            config.provisioner.pv_creator.as_str().to_owned(),
+        ),
     ];
-    build(JobInput {
+    // What deprovisions the volume, kept on the Job (written only by the controller, in the
+    // config namespace) for a PV whose claim is deleted before the controller verified it.
+    let deprovision = JobRecipe::deprovision(config, rendered, node);
+    let mut job = build(JobInput {
         action: Action::Provision,
         name: job_name(Action::Provision, &claim.uid, attempt),
         attempt,
@@ -157,7 +169,30 @@ pub fn provision_job(cx: ProvisionContext<'_>, attempt: u32, ttl_seconds: i32) -
         env,
         parameters: &rendered.parameters,
         ttl_seconds,
-    })
+    });
+    let annotations = job
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default);
+    annotations.insert(
+        crate::names::ANN_DEPROVISION_SPEC.to_owned(),
+        serde_json::to_string(&deprovision).unwrap_or_default(),
+    );
+    // What a report may hold, for a claim deleted before the controller read the report
+    // (plan::orphan); the class's ConfigMap may have changed by then.
+    if config.provisioner.pv_creator == crate::config::PvCreator::Controller {
+        let sources: Vec<&str> = config
+            .provisioner
+            .volume_sources
+            .iter()
+            .map(String::as_str)
+            .collect();
+        annotations.insert(
+            crate::names::ANN_VOLUME_SOURCES.to_owned(),
+            sources.join(","),
+        );
+    }
+    job
 }
 
 /// The deprovisioning Job for attempt `attempt` of a PV we provisioned, built only from
@@ -367,10 +402,15 @@ fn build(input: JobInput<'_>) -> Job {
             ..Default::default()
         }),
     };
-    let template = match &recipe.pod_template {
+    let mut template = match &recipe.pod_template {
         Some(theirs) => pod_template::merge(&ours, theirs),
         None => ours,
     };
+    if recipe.no_api_token
+        && let Some(spec) = template.spec.as_mut()
+    {
+        spec.automount_service_account_token = Some(false);
+    }
     let mut rules = Vec::new();
     if !recipe.permanent_exit_codes.is_empty() {
         rules.push(PodFailurePolicyRule {
@@ -489,6 +529,44 @@ pub fn outcome(job: &Job, pods: &[&k8s_openapi::api::core::v1::Pod]) -> JobOutco
         message,
         at: failed.last_transition_time.as_ref().map(|t| t.0),
     }
+}
+
+/// What the succeeded pod of a provisioning Job reported: its termination message, which
+/// with `pv-creator: controller` holds the volume source. `None` when no succeeded pod of
+/// the Job is in `pods` (not seen yet, or already removed).
+pub fn report_of(job: &Job, pods: &[&k8s_openapi::api::core::v1::Pod]) -> Option<String> {
+    pods_of(job, pods).into_iter().find_map(|pod| {
+        let status = pod.status.as_ref()?;
+        if status.phase.as_deref() != Some("Succeeded") {
+            return None;
+        }
+        let t = status
+            .container_statuses
+            .iter()
+            .flatten()
+            .find(|c| c.name == CONTAINER_NAME)?
+            .state
+            .as_ref()?
+            .terminated
+            .clone()?;
+        (t.exit_code == 0).then(|| t.message.unwrap_or_default())
+    })
+}
+
+/// The value of an environment variable the controller set on a Job's container.
+pub fn env_of(job: &Job, name: &str) -> Option<String> {
+    job.spec
+        .as_ref()?
+        .template
+        .spec
+        .as_ref()?
+        .containers
+        .first()?
+        .env
+        .as_ref()?
+        .iter()
+        .find(|e| e.name == name)
+        .and_then(|e| e.value.clone())
 }
 
 /// The attempt number a Job carries (1 when unlabelled).

@@ -25,6 +25,8 @@ pub const ANN_PARAMETERS: &str = "flex-provisioner.io/parameters";
 /// Everything else a deprovision Job needs (command, args, placement, pod-template...), so
 /// that deprovisioning never depends on the ConfigMap still existing unchanged.
 pub const ANN_DEPROVISION_SPEC: &str = "flex-provisioner.io/deprovision-spec";
+/// On a `pv-creator: controller` provisioning Job: the volume source types its report may name.
+pub const ANN_VOLUME_SOURCES: &str = "flex-provisioner.io/volume-sources";
 pub const FINALIZER_DEPROVISION: &str = "flex-provisioner.io/deprovision";
 /// On a deprovision Job: the uid of the PV it is for. A PV re-created under the same name
 /// (a wrong PV removed, then the right one) must never take an old Job's success as its own.
@@ -69,6 +71,7 @@ pub const BUILTIN_ENV: &[&str] = &[
     "PARAMETERS",
     "PV_JSON",
     "TERMINATION_LOG",
+    "PV_CREATOR",
     "KUBECONFIG",
 ];
 

@@ -10,9 +10,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use crate::job::JobRecipe;
-use crate::names::{
-    ANN_DEPROVISION_SPEC, ANN_PARAMETERS, LABEL_MANAGED_BY, LABEL_RECORD, MANAGED_BY_VALUE,
-};
+use crate::names::{ANN_DEPROVISION_SPEC, LABEL_MANAGED_BY, LABEL_RECORD, MANAGED_BY_VALUE};
 
 const KEY_PV_NAME: &str = "pv-name";
 const KEY_PV_UID: &str = "pv-uid";
@@ -32,17 +30,15 @@ pub fn record_name(pv_uid: &str) -> String {
     format!("flex-record-{pv_uid}")
 }
 
-/// The record for `pv`, from what the controller itself computed for it (the PV template's
-/// recipe and rendered parameters), never from the PV as written by the image.
-pub fn build_record(pv: &PersistentVolume, template: &PersistentVolume) -> Option<ConfigMap> {
+/// The record for `pv`, from what the controller itself computed for its claim (the
+/// deprovision recipe and the rendered parameters), never from the PV as written.
+pub fn build_record(
+    pv: &PersistentVolume,
+    recipe: &JobRecipe,
+    parameters_json: &str,
+) -> Option<ConfigMap> {
     let uid = pv.metadata.uid.clone()?;
     let name = pv.metadata.name.clone()?;
-    let ann = template.metadata.annotations.as_ref()?;
-    let recipe: JobRecipe = serde_json::from_str(ann.get(ANN_DEPROVISION_SPEC)?).ok()?;
-    let parameters = ann
-        .get(ANN_PARAMETERS)
-        .cloned()
-        .unwrap_or_else(|| "{}".into());
     Some(ConfigMap {
         metadata: ObjectMeta {
             name: Some(record_name(&uid)),
@@ -65,38 +61,33 @@ pub fn build_record(pv: &PersistentVolume, template: &PersistentVolume) -> Optio
             (KEY_PV_UID.to_owned(), uid),
             (
                 KEY_RECIPE.to_owned(),
-                serde_json::to_string(&recipe).unwrap_or_default(),
+                serde_json::to_string(recipe).unwrap_or_default(),
             ),
-            (KEY_PARAMETERS.to_owned(), parameters),
+            (KEY_PARAMETERS.to_owned(), parameters_json.to_owned()),
         ])),
         ..Default::default()
     })
 }
 
 /// The record for a PV made by a provisioning Job whose claim was deleted before the
-/// controller could verify the PV: built from the PV template the controller put in that
-/// Job (a Job in the config namespace, so only the controller and kube admins wrote it),
-/// provided the PV has the template's name and claim uid and was created after the Job.
+/// controller could verify the PV: built from the deprovision recipe and parameters the
+/// controller put in that Job (a Job in the config namespace, so only the controller and
+/// kube admins wrote it), provided the PV has the name and claim uid of the Job's template
+/// and was created after the Job.
 pub fn record_from_job(
     pv: &PersistentVolume,
     job: &k8s_openapi::api::batch::v1::Job,
 ) -> Option<ConfigMap> {
-    let env = job
-        .spec
-        .as_ref()?
-        .template
-        .spec
-        .as_ref()?
-        .containers
-        .first()?
-        .env
-        .as_ref()?;
-    let raw = env
-        .iter()
-        .find(|e| e.name == "PV_TEMPLATE")?
-        .value
-        .as_ref()?;
-    let template: PersistentVolume = serde_json::from_str(raw).ok()?;
+    let var = |name: &str| crate::job::env_of(job, name);
+    let template: PersistentVolume = serde_json::from_str(&var("PV_TEMPLATE")?).ok()?;
+    let recipe: JobRecipe = serde_json::from_str(
+        job.metadata
+            .annotations
+            .as_ref()?
+            .get(ANN_DEPROVISION_SPEC)?,
+    )
+    .ok()?;
+    let parameters = var("PARAMETERS").unwrap_or_else(|| "{}".into());
     let claim_uid = |p: &PersistentVolume| {
         p.spec
             .as_ref()
@@ -114,7 +105,7 @@ pub fn record_from_job(
         && template.metadata.name == pv.metadata.name
         && claim_uid(&template).is_some()
         && claim_uid(&template) == claim_uid(pv))
-    .then(|| build_record(pv, &template))
+    .then(|| build_record(pv, &recipe, &parameters))
     .flatten()
 }
 
@@ -162,17 +153,19 @@ mod tests {
         serde_json::from_value(json!({"metadata": {"name": "pvc-1", "uid": uid}})).unwrap()
     }
 
-    fn template() -> PersistentVolume {
-        serde_json::from_value(json!({"metadata": {"annotations": {
-            ANN_DEPROVISION_SPEC: json!({"namespace": "cfg", "config": "cfg/c", "image": "img:1",
-                "timeoutSeconds": 60, "retries": 0, "permanentExitCodes": []}).to_string(),
-            ANN_PARAMETERS: "{\"dir\":\"/v/a\"}"}}}))
+    fn recipe() -> JobRecipe {
+        serde_json::from_value(
+            json!({"namespace": "cfg", "config": "cfg/c", "image": "img:1",
+            "timeoutSeconds": 60, "retries": 0, "permanentExitCodes": []}),
+        )
         .unwrap()
     }
 
+    const PARAMETERS: &str = "{\"dir\":\"/v/a\"}";
+
     #[test]
     fn a_record_is_bound_to_its_volume_uid() {
-        let cm = build_record(&pv("u-1"), &template()).unwrap();
+        let cm = build_record(&pv("u-1"), &recipe(), PARAMETERS).unwrap();
         assert_eq!(cm.metadata.name.as_deref(), Some("flex-record-u-1"));
         assert_eq!(cm.metadata.namespace.as_deref(), Some("cfg"));
         assert_eq!(cm.metadata.owner_references.as_ref().unwrap()[0].uid, "u-1");
@@ -182,14 +175,14 @@ mod tests {
         let decoy = read_record(&cm, &pv("u-2")).unwrap_err();
         assert!(decoy.contains("does not belong"), "{decoy}");
         // A PV made by a provisioning Job whose claim is gone: the record comes from the
-        // template in the Job, only for the PV it names, made after the Job.
-        let mut t = template();
-        t.metadata.name = Some("pvc-1".into());
-        t.spec = Some(serde_json::from_value(json!({"claimRef": {"uid": "c-1"}})).unwrap());
+        // recipe in the Job, only for the PV its template names, made after the Job.
+        let t = json!({"metadata": {"name": "pvc-1"}, "spec": {"claimRef": {"uid": "c-1"}}});
         let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(json!({
-            "metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"},
+            "metadata": {"creationTimestamp": "2026-01-01T00:00:00Z",
+                "annotations": {ANN_DEPROVISION_SPEC: serde_json::to_string(&recipe()).unwrap()}},
             "spec": {"template": {"spec": {"containers": [{"name": "p",
-                "env": [{"name": "PV_TEMPLATE", "value": serde_json::to_string(&t).unwrap()}]}]}}}}))
+                "env": [{"name": "PV_TEMPLATE", "value": t.to_string()},
+                        {"name": "PARAMETERS", "value": PARAMETERS}]}]}}}}))
         .unwrap();
         let late = |name: &str, claim: &str, at: &str| -> PersistentVolume {
             serde_json::from_value(
@@ -201,6 +194,7 @@ mod tests {
         let made = late("pvc-1", "c-1", "2026-01-01T00:00:05Z");
         let r = read_record(&record_from_job(&made, &job).unwrap(), &made).unwrap();
         assert_eq!(r.recipe.image, "img:1");
+        assert_eq!(r.parameters["dir"], "/v/a");
         assert!(record_from_job(&late("decoy", "c-1", "2026-01-01T00:00:05Z"), &job).is_none());
         assert!(record_from_job(&late("pvc-1", "c-2", "2026-01-01T00:00:05Z"), &job).is_none());
         assert!(record_from_job(&late("pvc-1", "c-1", "2025-12-31T00:00:00Z"), &job).is_none());

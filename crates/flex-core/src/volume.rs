@@ -11,41 +11,28 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::claim::{ClaimRequest, NodeInfo};
-use crate::config::ClassConfig;
-use crate::job::JobRecipe;
+use crate::config::sources::sources_in;
+use crate::config::{ClassConfig, PvCreator};
 use crate::names::{
-    ANN_CONFIG, ANN_DEPROVISION_IMAGE, ANN_DEPROVISION_SPEC, ANN_IMAGE, ANN_PARAMETERS,
-    ANN_PROVISIONED_BY, ANN_SERVICE_ACCOUNT, FINALIZER_DEPROVISION, LABEL_CLAIM_UID,
-    LABEL_HOSTNAME, LABEL_MANAGED_BY, MANAGED_BY_VALUE, pv_name,
+    ANN_PROVISIONED_BY, FINALIZER_DEPROVISION, LABEL_CLAIM_UID, LABEL_HOSTNAME, LABEL_MANAGED_BY,
+    MANAGED_BY_VALUE, pv_name,
 };
-use crate::rendered::Rendered;
 
-/// The complete PV but for its volume source (DESIGN §6): the pod adds only the source.
+/// The complete PV but for its volume source (DESIGN §6). It carries no records: what a
+/// deprovision Job runs is kept in a record the controller writes (see `record`), never on
+/// the PV, which anyone with PV update could rewrite. Our finalizer is on it only when the
+/// controller creates the PV; a PV an image creates gets it once the controller verified it.
 pub fn pv_template(
     config: &ClassConfig,
     claim: &ClaimRequest,
     node: Option<&NodeInfo>,
-    rendered: &Rendered,
     provisioner_name: &str,
 ) -> PersistentVolume {
     let p = &config.provisioner;
-    let deprovision = JobRecipe::deprovision(config, rendered, node);
-    let mut annotations = BTreeMap::from([
-        (ANN_PROVISIONED_BY.to_owned(), provisioner_name.to_owned()),
-        (ANN_CONFIG.to_owned(), p.source()),
-        (ANN_IMAGE.to_owned(), p.image.clone()),
-        (ANN_PARAMETERS.to_owned(), rendered.parameters_json()),
-        (
-            ANN_DEPROVISION_SPEC.to_owned(),
-            serde_json::to_string(&deprovision).unwrap_or_default(),
-        ),
-    ]);
-    if let Some(image) = &p.deprovision_image {
-        annotations.insert(ANN_DEPROVISION_IMAGE.to_owned(), image.clone());
-    }
-    if let Some(sa) = &p.service_account {
-        annotations.insert(ANN_SERVICE_ACCOUNT.to_owned(), sa.clone());
-    }
+    let annotations =
+        BTreeMap::from([(ANN_PROVISIONED_BY.to_owned(), provisioner_name.to_owned())]);
+    let finalizers =
+        (p.pv_creator == PvCreator::Controller).then(|| vec![FINALIZER_DEPROVISION.to_owned()]);
     let node_affinity = node.filter(|_| p.node_local).map(|n| VolumeNodeAffinity {
         required: Some(NodeSelector {
             node_selector_terms: vec![NodeSelectorTerm {
@@ -67,7 +54,7 @@ pub fn pv_template(
                 (LABEL_CLAIM_UID.to_owned(), claim.uid.clone()),
             ])),
             annotations: Some(annotations),
-            finalizers: Some(vec![FINALIZER_DEPROVISION.to_owned()]),
+            finalizers,
             ..Default::default()
         },
         spec: Some(PersistentVolumeSpec {
@@ -104,8 +91,41 @@ pub enum PvCheck {
     Wrong(String),
 }
 
-/// Checks a PV against its claim and what the template asked for (DESIGN §6).
-pub fn verify(pv: &PersistentVolume, claim: &ClaimRequest, template: &PersistentVolume) -> PvCheck {
+/// The PV the controller creates: the template with the volume source an image reported
+/// (already checked by `sources::check_report`) as the only addition to its spec.
+pub fn pv_with_source(
+    template: &PersistentVolume,
+    source: &serde_json::Map<String, serde_json::Value>,
+) -> Result<PersistentVolume, String> {
+    let mut pv = serde_json::to_value(template).map_err(|e| e.to_string())?;
+    let spec = pv
+        .get_mut("spec")
+        .and_then(serde_json::Value::as_object_mut)
+        .ok_or("the PV template has no spec")?;
+    for (k, v) in source {
+        spec.insert(k.clone(), v.clone());
+    }
+    serde_json::from_value(pv).map_err(|e| format!("its report does not make a valid PV: {e}"))
+}
+
+/// What a PV is checked against besides its claim and template.
+#[derive(Debug, Clone, Copy)]
+pub struct Expected<'a> {
+    /// The volume source types the class allows.
+    pub sources: &'a std::collections::BTreeSet<String>,
+    /// The source the image reported, when the controller creates the PV and the report is
+    /// still readable: the PV must hold exactly that.
+    pub reported: Option<&'a serde_json::Map<String, serde_json::Value>>,
+}
+
+/// Checks a PV against its claim, what the template asked for and the volume sources the
+/// class allows (DESIGN §6).
+pub fn verify(
+    pv: &PersistentVolume,
+    claim: &ClaimRequest,
+    template: &PersistentVolume,
+    expected: Expected<'_>,
+) -> PvCheck {
     let spec = pv.spec.clone().unwrap_or_default();
     let claim_ref = spec.claim_ref.clone().unwrap_or_default();
     if claim_ref.uid.as_deref() != Some(claim.uid.as_str())
@@ -147,6 +167,37 @@ pub fn verify(pv: &PersistentVolume, claim: &ClaimRequest, template: &Persistent
             spec.volume_mode.unwrap_or_else(|| "Filesystem".into()),
             claim.volume_mode
         ));
+    }
+    let raw_spec = serde_json::to_value(&spec).unwrap_or_default();
+    let types = sources_in(&raw_spec);
+    match types.as_slice() {
+        [one] if expected.sources.contains(one) => {}
+        [one] => {
+            return PvCheck::Wrong(format!(
+                "its volume source is `{one}`, which this class does not allow (volume-sources: {})",
+                expected
+                    .sources
+                    .iter()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ));
+        }
+        [] => return PvCheck::Wrong("it has no volume source".into()),
+        many => {
+            return PvCheck::Wrong(format!(
+                "it has {} volume sources ({}), not one",
+                many.len(),
+                many.join(", ")
+            ));
+        }
+    }
+    if let Some(reported) = expected.reported
+        && reported
+            .iter()
+            .any(|(k, v)| raw_spec.get(k).is_none_or(|have| have != v))
+    {
+        return PvCheck::Wrong("its volume source is not the one the provisioner reported".into());
     }
     PvCheck::Good {
         patch: bookkeeping_patch(pv, template),

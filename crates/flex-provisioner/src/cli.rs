@@ -78,7 +78,7 @@ pub struct SandboxArgs {
     #[arg(long)]
     pub no_controller: bool,
     /// Namespace of provisioner ConfigMaps for the in-sandbox controller (repeatable).
-    #[arg(long = "config-namespace", value_name = "NS", default_values_t = vec!["flex-provisioner".to_string()])]
+    #[arg(long = "config-namespace", value_name = "NS", default_values_t = vec![crate::config::DEFAULT_CONFIG_NAMESPACE.to_string()])]
     pub config_namespaces: Vec<String>,
     #[command(flatten)]
     pub common: Common,
@@ -95,6 +95,12 @@ pub struct RunArgs {
         required = true
     )]
     pub config_namespaces: Vec<String>,
+    /// The controller's own namespace: its leader Lease lives here.
+    #[arg(long, env = "POD_NAMESPACE", default_value = crate::config::DEFAULT_CONTROLLER_NAMESPACE)]
+    pub namespace: String,
+    /// The controller's own service account: a ConfigMap naming it is refused.
+    #[arg(long, env = "POD_SERVICE_ACCOUNT", default_value = crate::config::DEFAULT_CONTROLLER_SERVICE_ACCOUNT)]
+    pub service_account: String,
     /// Seconds a finished Job is kept so its logs can be read.
     #[arg(long, default_value_t = crate::job::DEFAULT_JOB_TTL_SECONDS)]
     pub job_ttl: i32,
@@ -127,9 +133,11 @@ pub struct RunArgs {
 pub enum VolumeCommand {
     /// Create the PersistentVolume for the current claim from PV_TEMPLATE plus a volume source.
     ///
-    /// Exits 0 when the PV was created or already exists for this claim, 2 when it can never
-    /// work as given (bad JSON, a PV of another claim), 1 on transient API errors. The reason
-    /// is also written to $TERMINATION_LOG.
+    /// With PV_CREATOR=controller (set by the controller for such classes) it only checks the
+    /// source and writes it to $TERMINATION_LOG: the controller creates the PV. Exits 0 when
+    /// the PV was created, reported, or already exists for this claim, 2 when it can never
+    /// work as given (bad JSON, a PV of another claim), 1 on transient errors. The reason is
+    /// also written to $TERMINATION_LOG.
     Create(VolumeCreateArgs),
 }
 
@@ -141,6 +149,10 @@ pub struct VolumeCreateArgs {
     /// The PV template (default: the PV_TEMPLATE environment variable).
     #[arg(long, env = "PV_TEMPLATE", value_name = "JSON", hide_env_values = true)]
     pub template: String,
+    /// `controller`: report the source in the termination log for the controller to create
+    /// the PV; `image`: create the PV with the pod's credentials.
+    #[arg(long, env = "PV_CREATOR", default_value = "image", value_parser = ["controller", "image"])]
+    pub pv_creator: String,
 }
 
 #[derive(Debug, Args)]

@@ -61,7 +61,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         renew_deadline: secs(args.renew_deadline_seconds),
                         retry_period: secs(args.retry_period_seconds),
                         ..flex_provisioner::leader::LeaderOptions::new(
-                            &args.config_namespaces[0],
+                            &args.namespace,
                             "flex-provisioner",
                             &unique_identity(&args.instance),
                         )
@@ -73,6 +73,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 let opts = flex_provisioner::controller::Options {
                     provisioner_name: args.common.provisioner_name,
                     config_namespaces: args.config_namespaces,
+                    controller_namespace: args.namespace,
+                    controller_service_account: args.service_account,
                     job_ttl_seconds: args.job_ttl,
                     retry_base: std::time::Duration::from_secs(args.retry_base_seconds),
                     instance: args.instance,
@@ -131,7 +133,25 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 
 /// Exit codes follow the image contract: 0 done, 2 permanent, 1 transient.
 async fn volume_create(args: flex_provisioner::cli::VolumeCreateArgs) -> ExitCode {
-    use flex_provisioner::volume_create::{VolumeCreateError, build, create};
+    use flex_provisioner::volume_create::{VolumeCreateError, build, create, report};
+    let termination_log = std::env::var("TERMINATION_LOG")
+        .unwrap_or_else(|_| flex_provisioner::names::TERMINATION_MESSAGE_PATH.to_owned());
+    if args.pv_creator == "controller" {
+        return match build(&args.template, &args.source)
+            .and_then(|_| report(&args.source, &termination_log))
+        {
+            Ok(()) => {
+                println!("volume source reported; the provisioner creates the PersistentVolume");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                let message = format!("volume create: {e}");
+                eprintln!("{message}");
+                let _ = std::fs::write(&termination_log, &message);
+                ExitCode::from(if e.permanent() { 2 } else { 1 })
+            }
+        };
+    }
     let result = async {
         let pv = build(&args.template, &args.source)?;
         let client = kube::Client::try_default()
@@ -153,9 +173,7 @@ async fn volume_create(args: flex_provisioner::cli::VolumeCreateArgs) -> ExitCod
         Err(e) => {
             let message = format!("volume create: {e}");
             eprintln!("{message}");
-            if let Ok(path) = std::env::var("TERMINATION_LOG") {
-                let _ = std::fs::write(path, &message);
-            }
+            let _ = std::fs::write(&termination_log, &message);
             ExitCode::from(if e.permanent() { 2 } else { 1 })
         }
     }

@@ -37,9 +37,11 @@ pub fn options(args: &SandboxArgs) -> Result<SandboxOptions, String> {
 }
 
 /// What the sandbox installs before anything else when the controller runs inside it, as
-/// `kubectl apply -k deploy/` would in a cluster: the controller's namespace, its
-/// ServiceAccounts (the example classes' Jobs run as `flex-provisioner-volume-writer`)
-/// and its RBAC. So `sandbox --apply configmaps/<example>.yaml` works on its own.
+/// `kubectl apply -k deploy/` would in a cluster: the controller's and the config
+/// namespace, the ServiceAccounts (the image-mode examples' Jobs run as
+/// `flex-provisioner-volume-writer`), the RBAC and the admission policy (stored; the
+/// sandbox does not evaluate its CEL). So `sandbox --apply configmaps/<example>.yaml` works
+/// on its own.
 pub const INSTALL: &[(&str, &str)] = &[
     (
         "deploy/namespace.yaml",
@@ -52,6 +54,10 @@ pub const INSTALL: &[(&str, &str)] = &[
     (
         "deploy/rbac.yaml",
         include_str!("../../../deploy/rbac.yaml"),
+    ),
+    (
+        "deploy/admission-policy.yaml",
+        include_str!("../../../deploy/admission-policy.yaml"),
     ),
 ];
 
@@ -209,6 +215,8 @@ pub async fn run(args: &SandboxArgs) -> Result<(), SandboxError> {
         let options = crate::controller::Options {
             provisioner_name: args.common.provisioner_name.clone(),
             config_namespaces: args.config_namespaces.clone(),
+            controller_namespace: crate::config::DEFAULT_CONTROLLER_NAMESPACE.into(),
+            controller_service_account: crate::config::DEFAULT_CONTROLLER_SERVICE_ACCOUNT.into(),
             job_ttl_seconds: crate::job::DEFAULT_JOB_TTL_SECONDS,
             retry_base: Duration::from_secs(10),
             instance: "sandbox".into(),

@@ -1,5 +1,7 @@
-//! `flex-provisioner volume create`: the PV helper for provisioner images. Merges a volume
-//! source into `PV_TEMPLATE` and creates the PV with the pod's credentials; a PV that
+//! `flex-provisioner volume create`: the PV helper for provisioner images. With
+//! `PV_CREATOR=controller` (the default of a class) it writes the volume source to the
+//! termination log, where the controller reads it and creates the PV; with `image` it merges
+//! the source into `PV_TEMPLATE` and creates the PV with the pod's credentials. A PV that
 //! already exists for the same claim counts as success, so a retried pod is harmless.
 
 use k8s_openapi::api::core::v1::PersistentVolume;
@@ -18,6 +20,8 @@ pub enum VolumeCreateError {
     Taken { name: String, other: String },
     #[error("Kubernetes API: {0}")]
     Api(#[from] kube::Error),
+    #[error("{0}")]
+    Report(String),
 }
 
 impl VolumeCreateError {
@@ -26,7 +30,7 @@ impl VolumeCreateError {
         match self {
             VolumeCreateError::Input(_) | VolumeCreateError::Taken { .. } => true,
             VolumeCreateError::Api(kube::Error::Api(s)) => matches!(s.code, 400 | 403 | 422),
-            VolumeCreateError::Api(_) => false,
+            VolumeCreateError::Api(_) | VolumeCreateError::Report(_) => false,
         }
     }
 }
@@ -58,6 +62,26 @@ pub fn build(template: &str, source: &str) -> Result<PersistentVolume, VolumeCre
     }
     serde_json::from_value(pv)
         .map_err(|e| VolumeCreateError::Input(format!("the resulting PV is not valid: {e}")))
+}
+
+/// What the kubelet keeps of a termination message: a longer report would reach the
+/// controller cut short, as invalid JSON.
+pub const MAX_REPORT_BYTES: usize = 4096;
+
+/// Writes the volume source (already checked by `build`) to the termination log, compact.
+pub fn report(source: &str, termination_log: &str) -> Result<(), VolumeCreateError> {
+    let value: Value = serde_json::from_str(source)
+        .map_err(|e| VolumeCreateError::Input(format!("--source is not valid JSON: {e}")))?;
+    let text = value.to_string();
+    if text.len() > MAX_REPORT_BYTES {
+        return Err(VolumeCreateError::Input(format!(
+            "--source is {} bytes; a termination message holds at most {MAX_REPORT_BYTES}",
+            text.len()
+        )));
+    }
+    std::fs::write(termination_log, text).map_err(|e| {
+        VolumeCreateError::Report(format!("cannot write the report to {termination_log}: {e}"))
+    })
 }
 
 /// Creates the PV; `Ok(false)` when it already existed for the same claim.

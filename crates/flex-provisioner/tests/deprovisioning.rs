@@ -19,7 +19,7 @@ async fn hostpath_class(sb: &flex_provisioner::sandbox::Sandbox, name: &str, rec
         .await
         .unwrap();
     let cm = json!({"metadata": {"name": format!("{name}-config"), "labels": {"type": "provisioner-config", "storage-class": name}},
-        "data": {"image": "ghcr.io/flex-provisioner/hostpath:0.1.0", "node-local": "true", "retries": "0",
+        "data": {"image": "ghcr.io/flex-provisioner/hostpath:0.1.0", "node-local": "true", "retries": "0", "volume-sources": "local",
                  "base-path": "/srv/volumes", "directory": "{{claim.namespace}}/{{claim.name}}-{{claim.uid}}"}});
     Api::<ConfigMap>::namespaced(client, NS)
         .create(&Default::default(), &serde_json::from_value(cm).unwrap())

@@ -76,12 +76,16 @@ async fn a_recipe_rewritten_on_a_real_pv_is_ignored() {
     let bound = bound(&sb, "data", 30).await;
     let pv_name = bound.spec.unwrap().volume_name.unwrap();
     let pvs: Api<PersistentVolume> = Api::all(sb.client().unwrap());
-    eventually(10, "the real PV's bookkeeping", || async {
-        let pv = pvs.get(&pv_name).await.ok()?;
-        pv.metadata
-            .annotations?
-            .contains_key("flex-provisioner.io/deprovision-spec")
-            .then_some(())
+    // The volume's record exists: it was verified and recorded.
+    let records: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(sb.client().unwrap(), NS);
+    let uid = pvs.get(&pv_name).await.unwrap().metadata.uid.unwrap();
+    eventually(10, "the real PV's record", || async {
+        records
+            .get_opt(&format!("flex-record-{uid}"))
+            .await
+            .ok()?
+            .map(|_| ())
     })
     .await;
     let evil = json!({"namespace": "kube-system", "config": "x/y", "image": "evil:1",

@@ -42,6 +42,7 @@ fn env_contract_for_a_filesystem_claim() {
         ("USE_NFS_SERVER", "10.10.2.4"),
         ("EXPORT", "/exports/team-a/data"),
         ("TERMINATION_LOG", "/dev/termination-log"),
+        ("PV_CREATOR", "controller"),
     ] {
         assert_eq!(e.get(k).map(String::as_str), Some(v), "{k}");
     }
@@ -66,20 +67,39 @@ fn env_contract_for_a_filesystem_claim() {
     );
     assert_eq!(spec.mount_options, Some(vec!["noatime".to_string()]));
     assert!(spec.node_affinity.is_none());
+    // Only provisioned-by: what runs later is in the controller's record, never on the PV.
     let ann = pv.metadata.annotations.unwrap();
-    assert_eq!(ann["pv.kubernetes.io/provisioned-by"], P);
     assert_eq!(
-        ann["flex-provisioner.io/config"],
-        "storage-admin/silver-config"
-    );
-    assert_eq!(
-        ann["flex-provisioner.io/image"],
-        "registry.example.com/prov:1.0"
+        ann.into_iter().collect::<Vec<_>>(),
+        vec![("pv.kubernetes.io/provisioned-by".to_string(), P.to_string())]
     );
     assert_eq!(
         pv.metadata.finalizers,
-        Some(vec!["flex-provisioner.io/deprovision".to_string()])
+        Some(vec!["flex-provisioner.io/deprovision".to_string()]),
+        "the controller creates this PV (pv-creator controller)"
     );
+    assert_eq!(e["PV_CREATOR"], "controller");
+    let pod = job.spec.unwrap().template.spec.unwrap();
+    assert_eq!(
+        pod.automount_service_account_token,
+        Some(false),
+        "no API credentials in controller mode"
+    );
+}
+
+#[test]
+fn image_mode_hands_the_image_a_template_without_our_finalizer_and_keeps_its_token() {
+    let cm = config("silver")
+        .set("pv-creator", "image")
+        .set("service-account-name", "writer")
+        .build();
+    let (job, pv) = produce(&cm, &silver(), &claim("team-a", "data").build(), None, 1);
+    assert_job_valid(&job);
+    assert_eq!(env(&job, "PV_CREATOR").as_deref(), Some("image"));
+    assert!(pv.metadata.finalizers.is_none(), "added once verified");
+    let pod = job.spec.unwrap().template.spec.unwrap();
+    assert_eq!(pod.automount_service_account_token, None);
+    assert_eq!(pod.service_account_name.as_deref(), Some("writer"));
 }
 
 #[test]
@@ -351,16 +371,26 @@ fn deprovision_job_is_built_from_the_pv_records_alone() {
         .set("timeout", "7m")
         .build();
     let pvc = claim("team-a", "data").selected_node("worker-7").build();
-    let (_, mut pv) = produce(&cm, &sc, &pvc, Some(&node("worker-7")), 1);
+    let (provision, mut pv) = produce(&cm, &sc, &pvc, Some(&node("worker-7")), 1);
     // The ConfigMap is gone from here on: only the PV (as the API server returns it) is used.
     pv.metadata.managed_fields = Some(vec![Default::default()]);
     pv.spec.as_mut().unwrap().host_path = Some(k8s_openapi::api::core::v1::HostPathVolumeSource {
         path: "/volumes/data".into(),
         type_: None,
     });
-    // The record the controller wrote from the template when it verified the volume.
+    // The record the controller wrote when it verified the volume, from the deprovision
+    // recipe and parameters it computed for the claim (also kept on the provisioning Job).
     pv.metadata.uid = Some("pv-uid-1".into());
-    let record_cm = flex_provisioner::record::build_record(&pv, &pv.clone()).unwrap();
+    let recipe = serde_json::from_str(
+        &provision.metadata.annotations.as_ref().unwrap()["flex-provisioner.io/deprovision-spec"],
+    )
+    .unwrap();
+    let record_cm = flex_provisioner::record::build_record(
+        &pv,
+        &recipe,
+        &env(&provision, "PARAMETERS").unwrap(),
+    )
+    .unwrap();
     let record = flex_provisioner::record::read_record(&record_cm, &pv).unwrap();
     assert_eq!(record.parameters["export"], "/exports/data");
     let job = deprovision_job(&pv, &record, P, 3, 600);

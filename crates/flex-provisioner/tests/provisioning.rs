@@ -33,8 +33,22 @@ async fn an_immediate_claim_binds_with_one_job_and_one_pv() {
         ann["pv.kubernetes.io/provisioned-by"],
         "flex-provisioner.io/job"
     );
+    // What deprovisioning runs is in the controller's record, bound to the PV's uid.
+    let record = eventually(10, "the volume's record", || async {
+        kube::api::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(
+            sb.client().unwrap(),
+            NS,
+        )
+        .get_opt(&format!(
+            "flex-record-{}",
+            vols[0].metadata.uid.as_deref().unwrap()
+        ))
+        .await
+        .ok()?
+    })
+    .await;
     assert_eq!(
-        ann["flex-provisioner.io/parameters"],
+        record.data.unwrap()["parameters"],
         "{\"export\":\"/exports/data\"}"
     );
     assert_eq!(
@@ -591,7 +605,7 @@ async fn leader_election_lets_one_controller_act_and_fails_over() {
     use k8s_openapi::api::coordination::v1::Lease;
     let sb = sandbox().await;
     let leader = |id: &str| LeaderOptions {
-        namespace: NS.into(),
+        namespace: CONTROLLER_NS.into(),
         lease_name: "flex-provisioner".into(),
         identity: id.into(),
         lease_duration: std::time::Duration::from_secs(2),
@@ -599,7 +613,7 @@ async fn leader_election_lets_one_controller_act_and_fails_over() {
         retry_period: std::time::Duration::from_millis(500),
     };
     let holder = |sb: &flex_provisioner::sandbox::Sandbox| {
-        let leases: kube::Api<Lease> = kube::Api::namespaced(sb.client().unwrap(), NS);
+        let leases: kube::Api<Lease> = kube::Api::namespaced(sb.client().unwrap(), CONTROLLER_NS);
         async move {
             leases
                 .get_opt("flex-provisioner")
@@ -696,7 +710,7 @@ async fn leader_election_lets_one_controller_act_and_fails_over() {
 async fn sigterm_hands_the_lease_to_the_standby_at_once() {
     use k8s_openapi::api::coordination::v1::Lease;
     let sb = sandbox().await;
-    let leases: kube::Api<Lease> = kube::Api::namespaced(sb.client().unwrap(), NS);
+    let leases: kube::Api<Lease> = kube::Api::namespaced(sb.client().unwrap(), CONTROLLER_NS);
     let holder = || async {
         leases
             .get_opt("flex-provisioner")
@@ -728,7 +742,7 @@ async fn sigterm_hands_the_lease_to_the_standby_at_once() {
         &sb,
         Options {
             leader: Some(flex_provisioner::leader::LeaderOptions::new(
-                NS,
+                CONTROLLER_NS,
                 "flex-provisioner",
                 "second",
             )),

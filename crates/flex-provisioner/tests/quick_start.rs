@@ -120,7 +120,8 @@ async fn kubectl_async(kubeconfig: &Path, args: &str) -> (i32, String, String) {
 }
 
 const CONTROLLER: &str = "--as=system:serviceaccount:flex-provisioner:flex-provisioner";
-const WRITER: &str = "--as=system:serviceaccount:flex-provisioner:flex-provisioner-volume-writer";
+const WRITER: &str =
+    "--as=system:serviceaccount:flex-provisioner-config:flex-provisioner-volume-writer";
 
 #[tokio::test]
 async fn auth_can_i_tells_the_truth_about_deploy_roles() {
@@ -138,9 +139,20 @@ async fn auth_can_i_tells_the_truth_about_deploy_roles() {
         ),
         (CONTROLLER, "patch persistentvolumeclaims -n default", "yes"),
         (CONTROLLER, "delete persistentvolumes", "yes"),
-        (CONTROLLER, "create persistentvolumes", "no"),
-        (CONTROLLER, "create jobs.batch -n flex-provisioner", "yes"),
+        (CONTROLLER, "create persistentvolumes", "yes"),
+        (
+            CONTROLLER,
+            "create jobs.batch -n flex-provisioner-config",
+            "yes",
+        ),
+        (CONTROLLER, "create jobs.batch -n flex-provisioner", "no"),
         (CONTROLLER, "create jobs.batch -n default", "no"),
+        (
+            CONTROLLER,
+            "create configmaps -n flex-provisioner-config",
+            "yes",
+        ),
+        (CONTROLLER, "create configmaps -n flex-provisioner", "no"),
         (
             CONTROLLER,
             "update leases.coordination.k8s.io -n flex-provisioner",
@@ -151,11 +163,17 @@ async fn auth_can_i_tells_the_truth_about_deploy_roles() {
             "delete leases.coordination.k8s.io -n flex-provisioner",
             "no",
         ),
+        (
+            CONTROLLER,
+            "update leases.coordination.k8s.io -n flex-provisioner-config",
+            "no",
+        ),
         (CONTROLLER, "get secrets -n flex-provisioner", "no"),
         (WRITER, "create persistentvolumes", "yes"),
         (WRITER, "get persistentvolumes", "yes"),
         (WRITER, "delete persistentvolumes", "no"),
-        (WRITER, "list configmaps -n flex-provisioner", "no"),
+        (WRITER, "list configmaps -n flex-provisioner-config", "no"),
+        (WRITER, "create jobs.batch -n flex-provisioner-config", "no"),
     ] {
         let (rc, out, err) = kubectl_async(&kc, &format!("auth can-i {question} {who}")).await;
         assert_eq!(out, answer, "{who} can-i {question}: {err}");
@@ -170,7 +188,7 @@ async fn auth_can_i_tells_the_truth_about_deploy_roles() {
     // a refused request gets.
     let (rc, token, err) = kubectl_async(
         &kc,
-        "create token flex-provisioner-volume-writer -n flex-provisioner",
+        "create token flex-provisioner-volume-writer -n flex-provisioner-config",
     )
     .await;
     assert_eq!(rc, 0, "{err}");
@@ -183,10 +201,10 @@ async fn auth_can_i_tells_the_truth_about_deploy_roles() {
     .unwrap();
     let (rc, out, _) = kubectl_async(&writer_kc, "auth can-i create persistentvolumes").await;
     assert_eq!((rc, out.as_str()), (0, "yes"));
-    let (rc, _, err) = kubectl_async(&writer_kc, "get configmaps -n flex-provisioner").await;
+    let (rc, _, err) = kubectl_async(&writer_kc, "get configmaps -n flex-provisioner-config").await;
     assert_eq!(rc, 1);
     assert_eq!(
         err,
-        "Error from server (Forbidden): configmaps is forbidden: User \"system:serviceaccount:flex-provisioner:flex-provisioner-volume-writer\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"flex-provisioner\""
+        "Error from server (Forbidden): configmaps is forbidden: User \"system:serviceaccount:flex-provisioner-config:flex-provisioner-volume-writer\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"flex-provisioner-config\""
     );
 }

@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use common::provisioning::*;
@@ -14,8 +13,6 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 
-const DEPLOY_NS: &str = "flex-provisioner";
-
 async fn client_as(sb: &flex_provisioner::sandbox::Sandbox, ns: &str, name: &str) -> kube::Client {
     common::provisioning::client_as(sb.client().unwrap(), &sb.url(), ns, name).await
 }
@@ -23,12 +20,8 @@ async fn client_as(sb: &flex_provisioner::sandbox::Sandbox, ns: &str, name: &str
 /// A sandbox with auth on, deploy/'s namespace, accounts and RBAC, and a class `fast`
 /// whose Jobs run as the image account.
 async fn deployed() -> flex_provisioner::sandbox::Sandbox {
-    let sb = sandbox_with(|o| flex_provisioner::sandbox::SandboxOptions { auth: true, ..o }).await;
-    let files: Vec<PathBuf> = ["namespace.yaml", "serviceaccounts.yaml", "rbac.yaml"]
-        .iter()
-        .map(|f| PathBuf::from("deploy").join(f))
-        .collect();
-    flex_provisioner::sandbox_cmd::apply_files(&sb, &files).expect("deploy/ applies");
+    // `sandbox()` has auth on and installs deploy/'s namespaces, accounts, RBAC and policy.
+    let sb = sandbox().await;
     let admin = sb.client().unwrap();
     let sc: StorageClass = serde_json::from_value(json!({"metadata": {"name": "fast"},
         "provisioner": flex_provisioner::names::DEFAULT_PROVISIONER_NAME,
@@ -40,10 +33,10 @@ async fn deployed() -> flex_provisioner::sandbox::Sandbox {
         .unwrap();
     let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "fast-config",
         "labels": {"type": "provisioner-config", "storage-class": "fast"}},
-        "data": {"image": "make-pv", "retries": "0",
-                 "service-account-name": "flex-provisioner-volume-writer"}}))
+        "data": {"image": "make-pv", "retries": "0", "volume-sources": "hostPath",
+                 "pv-creator": "image", "service-account-name": IMAGE_ACCOUNT}}))
     .unwrap();
-    Api::<ConfigMap>::namespaced(admin.clone(), DEPLOY_NS)
+    Api::<ConfigMap>::namespaced(admin.clone(), NS)
         .create(&PostParams::default(), &cm)
         .await
         .unwrap();
@@ -58,9 +51,8 @@ fn deployed_controller(client: kube::Client) -> tokio::task::JoinHandle<()> {
         let result = flex_provisioner::controller::run(
             client,
             flex_provisioner::controller::Options {
-                config_namespaces: vec![DEPLOY_NS.into()],
                 leader: Some(flex_provisioner::leader::LeaderOptions::new(
-                    DEPLOY_NS,
+                    CONTROLLER_NS,
                     "flex-provisioner",
                     "rbac-test",
                 )),
@@ -79,7 +71,7 @@ async fn the_controller_and_images_need_no_more_than_deploys_rbac() {
     let sb = deployed().await;
     let admin = sb.client().unwrap();
     // The controller's own account, with a leader Lease in its namespace as deployed.
-    let controller_client = client_as(&sb, DEPLOY_NS, "flex-provisioner").await;
+    let controller_client = client_as(&sb, CONTROLLER_NS, "flex-provisioner").await;
     // Authorization is really on: what deploy/ does not grant is refused.
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::all(controller_client.clone());
     let refused = secrets.list(&Default::default()).await.unwrap_err();
@@ -89,8 +81,8 @@ async fn the_controller_and_images_need_no_more_than_deploys_rbac() {
         )),
         "{refused:?}"
     );
-    let writer = client_as(&sb, DEPLOY_NS, "flex-provisioner-volume-writer").await;
-    let refused = Api::<ConfigMap>::namespaced(writer, DEPLOY_NS)
+    let writer = client_as(&sb, NS, IMAGE_ACCOUNT).await;
+    let refused = Api::<ConfigMap>::namespaced(writer, NS)
         .list(&Default::default())
         .await
         .unwrap_err();
@@ -139,16 +131,16 @@ async fn the_controller_and_images_need_no_more_than_deploys_rbac() {
 async fn a_missing_permission_is_reported_on_the_claim() {
     let sb = deployed().await;
     let admin = sb.client().unwrap();
-    let run = deployed_controller(client_as(&sb, DEPLOY_NS, "flex-provisioner").await);
+    let run = deployed_controller(client_as(&sb, CONTROLLER_NS, "flex-provisioner").await);
     // Wait until it leads and has synced, then take its namespace permissions away.
     eventually(30, "the controller to lead", || async {
         let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
-            Api::namespaced(admin.clone(), DEPLOY_NS);
+            Api::namespaced(admin.clone(), CONTROLLER_NS);
         leases.get_opt("flex-provisioner").await.ok()?.map(|_| ())
     })
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(admin.clone(), DEPLOY_NS)
+    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(admin.clone(), NS)
         .delete("flex-provisioner", &DeleteParams::default())
         .await
         .unwrap();
@@ -158,7 +150,7 @@ async fn a_missing_permission_is_reported_on_the_claim() {
         .unwrap();
     let message = wait_event(&sb, "data", "ProvisionerBlocked", "jobs", 60).await;
     assert!(
-        message.contains("cannot create resource \"jobs\" in API group \"batch\" in the namespace \"flex-provisioner\""),
+        message.contains("cannot create resource \"jobs\" in API group \"batch\" in the namespace \"flex-provisioner-config\""),
         "{message}"
     );
     assert!(message.contains("deploy/rbac.yaml"), "{message}");

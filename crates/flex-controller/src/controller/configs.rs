@@ -11,7 +11,8 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::reflector::Store;
 
 use crate::config::{
-    ClassConfig, Problem, StorageClassInfo, Verdict, parse_config_map, select_for_class,
+    ClassConfig, ParseOptions, Problem, StorageClassInfo, Verdict, parse_config_map_with,
+    select_for_class,
 };
 
 /// A class's configuration, owned (the planner borrows it as `ConfigState`).
@@ -47,11 +48,12 @@ impl Configs {
     pub fn resolve(
         &self,
         class_name: &str,
-        provisioner_name: &str,
+        options: &ParseOptions,
         classes: &Store<StorageClass>,
         config_maps: &[Store<ConfigMap>],
         namespaces: &[String],
     ) -> (Resolved, Option<ConfigReport>) {
+        let provisioner_name = options.provisioner_name.as_str();
         let key = kube::runtime::reflector::ObjectRef::<StorageClass>::new(class_name);
         let Some(sc) = classes.get(&key) else {
             return (
@@ -111,7 +113,7 @@ impl Configs {
             None => {
                 self.parses
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let (config, mut problems) = match parse_config_map(&cm, provisioner_name) {
+                let (config, mut problems) = match parse_config_map_with(&cm, options) {
                     Verdict::Ignored { reason } => {
                         return (
                             degrade(format!("ConfigMap {source} is not used: {reason}")),
@@ -222,7 +224,7 @@ mod tests {
         for _ in 0..5 {
             let (r, _) = configs.resolve(
                 "gold",
-                "example.com/p",
+                &ParseOptions::new("example.com/p"),
                 &classes,
                 std::slice::from_ref(&maps),
                 &ns,
@@ -238,7 +240,7 @@ mod tests {
         map_writer.apply_watcher_event(&Event::Apply(cm));
         let (r, _) = configs.resolve(
             "gold",
-            "example.com/p",
+            &ParseOptions::new("example.com/p"),
             &classes,
             std::slice::from_ref(&maps),
             &ns,

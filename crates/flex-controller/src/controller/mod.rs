@@ -7,6 +7,7 @@ mod concurrency;
 mod configs;
 mod context;
 mod fan_out;
+mod orphans;
 mod readiness;
 mod reconcile;
 mod retry;
@@ -39,6 +40,9 @@ pub struct Options {
     pub provisioner_name: String,
     /// Namespaces whose provisioner ConfigMaps are read; Jobs run there too.
     pub config_namespaces: Vec<String>,
+    /// The controller's own namespace and service account: no Job may run as it.
+    pub controller_namespace: String,
+    pub controller_service_account: String,
     pub job_ttl_seconds: i32,
     /// Delay before the second attempt; doubles per attempt up to 10 minutes.
     pub retry_base: Duration,
@@ -48,6 +52,17 @@ pub struct Options {
     pub metrics_addr: Option<std::net::SocketAddr>,
     /// Leader election: only the lease holder acts (`None`: act at once, alone).
     pub leader: Option<crate::leader::LeaderOptions>,
+}
+
+impl Options {
+    /// How ConfigMaps are judged: for this provisioner, never as the controller's account.
+    pub fn parse_options(&self) -> crate::config::ParseOptions {
+        crate::config::ParseOptions {
+            provisioner_name: self.provisioner_name.clone(),
+            controller_namespace: self.controller_namespace.clone(),
+            controller_service_account: self.controller_service_account.clone(),
+        }
+    }
 }
 
 /// Fails fast, with the permission or object that is missing, before anything starts.
@@ -322,11 +337,12 @@ async fn act(
     // Part of the controllers' future, so it stops with them rather than outliving `run`.
     let gauge = count_active_jobs(ctx.clone());
 
-    // PVs and our Jobs trigger both controllers from one watch each.
+    // PVs and our Jobs trigger both controllers (and Jobs the orphan check) from one watch each.
     let ([volumes_for_claims, volumes_for_volumes], share_volumes) =
         fan_out::fan_out::<PersistentVolume, 2>(volumes_stream);
-    let ([jobs_for_claims, jobs_for_volumes], share_jobs) =
-        fan_out::fan_out::<Job, 2>(futures::stream::select_all(job_streams));
+    let ([jobs_for_claims, jobs_for_volumes, jobs_for_orphans], share_jobs) =
+        fan_out::fan_out::<Job, 3>(futures::stream::select_all(job_streams));
+    let orphans_run = orphans::run(jobs_for_orphans, ctx.clone());
 
     // Volumes: a second controller, triggered by its PVs and its deprovision Jobs.
     let volumes_controller = Controller::for_stream(volumes_for_volumes, volumes.clone())
@@ -388,6 +404,7 @@ async fn act(
         futures::join!(
             claims_run,
             volumes_run,
+            orphans_run,
             share_volumes,
             share_jobs,
             gauge,

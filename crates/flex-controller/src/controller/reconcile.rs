@@ -52,7 +52,7 @@ pub async fn reconcile(
         .unwrap_or_default();
     let (resolved, report) = ctx.configs.resolve(
         &class,
-        &opts.provisioner_name,
+        &opts.parse_options(),
         &ctx.caches.classes,
         &ctx.caches.config_maps,
         &opts.config_namespaces,
@@ -193,7 +193,21 @@ pub async fn reconcile(
         // Triggers cover changes to the claim, class and ConfigMap; this is the safety net.
         Step::Blocked => Action::requeue(RECHECK_BLOCKED),
         Step::Throttled => Action::requeue(Duration::from_secs(5)),
-        Step::AwaitPvRemoval => Action::requeue(Duration::from_secs(1)),
+        Step::AwaitPvRemoval | Step::AwaitReport => Action::requeue(Duration::from_secs(1)),
+        Step::CreatePv { pv } => {
+            // A conflict: it exists already (ours from an earlier reconcile, or someone
+            // else's); either way the next plan, from the cache, judges what is there.
+            match Api::<PersistentVolume>::all(ctx.client.clone())
+                .create(&kube::api::PostParams::default(), &pv)
+                .await
+            {
+                Ok(_) => Action::await_change(),
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    Action::requeue(Duration::from_secs(1))
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
         Step::Backoff { wait, .. } => Action::requeue(wait),
         Step::Running { attempt } => {
             starting_problems(&ctx, &on, &jobs, attempt).await;
@@ -229,13 +243,7 @@ pub async fn reconcile(
             }
             Action::await_change()
         }
-        Step::RemoveWrongPv {
-            uid: pv_uid,
-            record,
-        } => {
-            if let Some(record) = record {
-                create_or_adopt(&ctx, record.as_ref()).await?;
-            }
+        Step::RemoveWrongPv { uid: pv_uid } => {
             let pvs: Api<PersistentVolume> = Api::all(ctx.client.clone());
             let dp = DeleteParams {
                 preconditions: Some(kube::api::Preconditions {

@@ -17,7 +17,7 @@ pub const RESERVED_KEYS: &[(&str, &str, &str)] = &[
     (
         "service-account-name",
         "the namespace's `default`",
-        "service account of the Job's pod; it needs create/get on persistentvolumes",
+        "service account of the Job's pod; with `pv-creator: image` it needs create/get on persistentvolumes, otherwise no permission at all (its token is not mounted)",
     ),
     (
         "node-selector",
@@ -90,6 +90,16 @@ pub const RESERVED_KEYS: &[(&str, &str, &str)] = &[
         "`true` lets `pod-template` make the pod privileged: privileged containers, added capabilities, hostPID/hostNetwork/hostIPC, hostPath volumes; without it those are an error",
     ),
     (
+        "pv-creator",
+        "`controller`",
+        "who creates the PV: `controller` (the image reports its volume source in its termination message; the controller validates it and creates the PV; the pod gets no API token) or `image` (the image creates the PV with its service account, limited by deploy/'s admission policy)",
+    ),
+    (
+        "volume-sources",
+        "every type but `hostPath`, `local`, `flexVolume`",
+        "comma-separated volume source types a PV of this class may have (`nfs`, `iscsi`, `csi`, `local`, `hostPath`...); a report or PV with another type is refused; the node types must be listed by name",
+    ),
+    (
         UNSANITISED_KEY,
         "(none)",
         "comma-separated parameter keys (or `args`, `deprovision-args`) that may take a claim's labels or annotations into a path unsanitised, because the image validates them; without it that is an error",
@@ -132,6 +142,11 @@ const ALIASES: &[(&str, &str)] = &[
     ("concurrency", "max-concurrent"),
     ("images", "image"),
     ("privileged", "allow-privileged"),
+    ("pvcreator", "pv-creator"),
+    ("creator", "pv-creator"),
+    ("volumesource", "volume-sources"),
+    ("sources", "volume-sources"),
+    ("allowedsources", "volume-sources"),
 ];
 
 fn normalize(key: &str) -> String {

@@ -11,6 +11,7 @@ mod parse;
 pub mod pod_template;
 pub mod privilege;
 mod problem;
+pub mod sources;
 mod unsanitised;
 pub mod values;
 
@@ -21,9 +22,13 @@ use k8s_openapi::api::core::v1::PodTemplateSpec;
 
 pub use class::{ClassConfig, StorageClassInfo};
 pub use discovery::{is_config_map_for_class, select_for_class};
-pub use options::{DEFAULT_CONTROLLER_NAMESPACE, DEFAULT_CONTROLLER_SERVICE_ACCOUNT, ParseOptions};
+pub use options::{
+    DEFAULT_CONFIG_NAMESPACE, DEFAULT_CONTROLLER_NAMESPACE, DEFAULT_CONTROLLER_SERVICE_ACCOUNT,
+    ParseOptions,
+};
 pub use parse::{Verdict, parse_config_map, parse_config_map_with};
 pub use problem::{ConfigErrors, Problem, Severity};
+pub use sources::PvCreator;
 
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 pub const DEFAULT_RETRIES: u32 = 2;
@@ -69,6 +74,10 @@ pub struct ProvisionerConfig {
     /// `allow-privileged: "true"`: the pod-template may give the pod power over its node.
     pub allow_privileged: bool,
     pub max_concurrent: Option<u32>,
+    /// Who creates the PV: the controller from the image's report (default), or the image.
+    pub pv_creator: PvCreator,
+    /// The volume source types a PV of this class may have (`volume-sources`).
+    pub volume_sources: BTreeSet<String>,
     pub parameters: BTreeMap<String, Parameter>,
     /// Keys whose templates read `node.*`, which only WaitForFirstConsumer classes have.
     pub node_users: Vec<String>,

@@ -3,6 +3,8 @@
 
 /// Where and as whom deploy/ runs the controller.
 pub const DEFAULT_CONTROLLER_NAMESPACE: &str = "flex-provisioner";
+/// deploy/'s config namespace: provisioner ConfigMaps, their Jobs and the volume records.
+pub const DEFAULT_CONFIG_NAMESPACE: &str = "flex-provisioner-config";
 pub const DEFAULT_CONTROLLER_SERVICE_ACCOUNT: &str = "flex-provisioner";
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,6 +8,7 @@ use super::keys::{UNSANITISED_KEY, is_reserved, looks_like_secret, misspelt_rese
 use super::options::ParseOptions;
 use super::privilege::{self, ALLOW_PRIVILEGED_KEY};
 use super::problem::Problem;
+use super::sources::{self, PvCreator};
 use super::unsanitised::{OptOut, base_key};
 use super::{
     DEFAULT_PERMANENT_EXIT_CODE, DEFAULT_RETRIES, DEFAULT_TIMEOUT, MAX_PARAMETERS, MAX_RETRIES,
@@ -290,6 +291,8 @@ impl Parser {
             pod_template: None,
             allow_privileged: false,
             max_concurrent: None,
+            pv_creator: PvCreator::default(),
+            volume_sources: sources::default_sources(),
             parameters: BTreeMap::new(),
             node_users: Vec::new(),
         };
@@ -359,6 +362,16 @@ impl Parser {
                 }
                 "max-concurrent" => {
                     c.max_concurrent = self.value(key, raw, |v| values::integer(v, 1, 10_000))
+                }
+                "pv-creator" => {
+                    c.pv_creator = self
+                        .value(key, raw, sources::pv_creator)
+                        .unwrap_or_default()
+                }
+                "volume-sources" => {
+                    if let Some(s) = self.value(key, raw, sources::volume_sources) {
+                        c.volume_sources = s;
+                    }
                 }
                 _ if too_many => {}
                 _ => {

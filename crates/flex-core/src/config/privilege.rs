@@ -89,6 +89,15 @@ pub(super) fn check(c: &ProvisionerConfig, options: &ParseOptions) -> Vec<Proble
             format!("remove them, or, if the image truly needs them (a hostPath or LVM provisioner), set `{ALLOW_PRIVILEGED_KEY}: \"true\"` and run its Jobs in a namespace whose Pod Security level allows it"),
         ));
     }
+    if c.pv_creator == super::PvCreator::Controller
+        && let Some(why) = c.pod_template.as_ref().and_then(token_requested)
+    {
+        problems.push(Problem::error(
+            Some("pod-template"),
+            format!("{why}, but with `pv-creator: controller` the Job's pod gets no API credentials: the controller creates the PV"),
+            "remove it; an image that must call the API (e.g. `kubectl create` of the PV) needs `pv-creator: image`",
+        ));
+    }
     if features.is_empty() && c.allow_privileged {
         problems.push(Problem::warning(
             Some(ALLOW_PRIVILEGED_KEY),
@@ -97,6 +106,26 @@ pub(super) fn check(c: &ProvisionerConfig, options: &ParseOptions) -> Vec<Proble
         ));
     }
     problems
+}
+
+/// Where a pod-template asks for a service account token.
+fn token_requested(t: &k8s_openapi::api::core::v1::PodTemplateSpec) -> Option<String> {
+    let spec = t.spec.as_ref()?;
+    if spec.automount_service_account_token == Some(true) {
+        return Some("it sets automountServiceAccountToken: true".into());
+    }
+    spec.volumes
+        .iter()
+        .flatten()
+        .find(|v| {
+            v.projected.as_ref().is_some_and(|p| {
+                p.sources
+                    .iter()
+                    .flatten()
+                    .any(|s| s.service_account_token.is_some())
+            })
+        })
+        .map(|v| format!("volume `{}` projects a service account token", v.name))
 }
 
 #[cfg(test)]

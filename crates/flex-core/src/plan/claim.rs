@@ -12,10 +12,12 @@ use super::retry::{delay_after, wait_remaining};
 use super::{Notice, reasons};
 use crate::claim::{ClaimRequest, NodeInfo};
 use crate::config::ClassConfig;
-use crate::job::{JobOutcome, attempt_of, outcome, pod_failure, pods_of};
+use crate::config::PvCreator;
+use crate::config::sources::check_report;
+use crate::job::{JobOutcome, JobRecipe, attempt_of, outcome, pod_failure, pods_of, report_of};
 use crate::names::{ANN_STORAGE_PROVISIONER, ANN_STORAGE_PROVISIONER_BETA, fnv1a32, pv_name};
 use crate::rendered::{RenderFailure, Rendered, render_for_claim};
-use crate::volume::{PvCheck, pv_template, verify};
+use crate::volume::{Expected, PvCheck, pv_template, pv_with_source, verify};
 
 /// Annotation on a provisioning Job: a hash of what the attempt was made from, so a
 /// permanent failure is retried only once the claim or the configuration changed.
@@ -82,13 +84,9 @@ pub enum Step {
         /// one is kept: it was made from the configuration the volume was provisioned with).
         record: Option<Box<k8s_openapi::api::core::v1::ConfigMap>>,
     },
-    /// The PV our attempt made is wrong for this claim: delete it (provided it still has
-    /// this uid); the volume controller cleans its storage, then the next attempt starts.
-    RemoveWrongPv {
-        uid: String,
-        /// Its deprovision record (from our own template), so its storage can be cleaned.
-        record: Option<Box<k8s_openapi::api::core::v1::ConfigMap>>,
-    },
+    /// The PV our image made is wrong for this claim: delete it (provided it still has this
+    /// uid), then the next attempt starts.
+    RemoveWrongPv { uid: String },
     /// A wrong PV is being removed: look again shortly (its disappearance may not come
     /// back to this claim as an event: its claimRef may name another claim).
     AwaitPvRemoval,
@@ -97,6 +95,11 @@ pub enum Step {
     /// The Job succeeded but the cache shows no PV: ask the API server before judging the
     /// attempt, then plan again with its answer.
     ConfirmPv,
+    /// `pv-creator: controller`: the Job succeeded and reported a valid volume source;
+    /// create this PV (a conflict means it exists already: plan again once it is seen).
+    CreatePv { pv: Box<PersistentVolume> },
+    /// The Job succeeded but its pod, which holds the report, is not in the cache yet.
+    AwaitReport,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -120,7 +123,7 @@ fn short_hash(s: &str) -> String {
 
 /// Version of the canonical form below: bumped whenever what it holds changes, so that a
 /// change of form never reads as a change of the user's inputs.
-const INPUTS_FORM: &str = "v1";
+const INPUTS_FORM: &str = "v2";
 
 /// A stable digest of everything an attempt is made from: the configuration and the claim.
 /// The inputs are written as canonical JSON (objects with sorted keys, fixed fields) and
@@ -146,6 +149,7 @@ pub fn inputs_hash(config: &ClassConfig, claim: &ClaimRequest) -> String {
             "retries": p.retries, "maxAttempts": p.max_attempts,
             "permanentExitCodes": p.permanent_exit_codes, "nodeLocal": p.node_local,
             "podTemplate": p.pod_template, "parameters": parameters,
+            "pvCreator": p.pv_creator, "volumeSources": p.volume_sources,
         },
         "class": {
             "name": c.name, "parameters": c.parameters, "reclaimPolicy": c.reclaim_policy,
@@ -214,6 +218,10 @@ fn stage(claim: &PersistentVolumeClaim) -> Stage {
 /// A success is announced when the claim is still pending, or when the attempt finished
 /// recently (so a restarted controller does not announce every old volume again).
 const ANNOUNCE_WITHIN: Duration = Duration::from_secs(600);
+
+/// How long after a Job succeeded its pod (and so its report) may still be on its way to
+/// the cache; after that a missing report counts as lost and the attempt as failed.
+const REPORT_WAIT: Duration = Duration::from_secs(60);
 
 fn plan(step: Step, notices: Vec<Notice>) -> Plan {
     Plan { step, notices }
@@ -297,6 +305,13 @@ fn pod_notices(attempt: u32, pods: &[&Pod]) -> Vec<Notice> {
     out
 }
 
+fn completion_of(job: &Job) -> Option<jiff::Timestamp> {
+    job.status
+        .as_ref()
+        .and_then(|s| s.completion_time.as_ref())
+        .map(|t| t.0)
+}
+
 pub fn plan_claim(i: &ClaimInputs<'_>) -> Plan {
     plan_claim_with(i, None)
 }
@@ -373,7 +388,12 @@ pub fn plan_claim_with(
             return quiet(plan(Step::Blocked, notices));
         }
     };
-    let template = pv_template(config, &request, i.node, &rendered, i.provisioner_name);
+    let template = pv_template(config, &request, i.node, i.provisioner_name);
+    let deprovision = JobRecipe::deprovision(config, &rendered, i.node);
+    let record_for = |pv: &PersistentVolume| {
+        crate::record::build_record(pv, &deprovision, &rendered.parameters_json()).map(Box::new)
+    };
+    let by_controller = config.provisioner.pv_creator == PvCreator::Controller;
     let latest = i.jobs.iter().copied().max_by_key(|j| attempt_of(j));
     let recorded: u32 = annotation(i.claim, ANN_ATTEMPT)
         .and_then(|a| a.parse().ok())
@@ -381,6 +401,17 @@ pub fn plan_claim_with(
     // A recorded attempt newer than any Job we see: its Job is not in our cache yet.
     let catching_up = latest.is_some_and(|j| attempt_of(j) < recorded);
     let attempt = latest.map(attempt_of).unwrap_or(recorded);
+    // With `pv-creator: controller`, what the latest attempt's pod reported.
+    let report = latest
+        .filter(|_| by_controller)
+        .and_then(|j| report_of(j, &i.pods));
+    let reported = report
+        .as_deref()
+        .and_then(|r| check_report(r, &config.provisioner.volume_sources).ok());
+    let expected = Expected {
+        sources: &config.provisioner.volume_sources,
+        reported: reported.as_ref(),
+    };
     let latest_outcome = latest.map(|j| {
         let pods = pods_of(j, &i.pods);
         notices.extend(pod_notices(attempt_of(j), &pods));
@@ -405,7 +436,7 @@ pub fn plan_claim_with(
     };
 
     if let Some(pv) = i.pv {
-        return match verify(pv, &request, &template) {
+        return match verify(pv, &request, &template, expected) {
             PvCheck::Good { patch } => {
                 let recent = latest
                     .and_then(|j| j.status.as_ref()?.completion_time.as_ref())
@@ -436,10 +467,7 @@ pub fn plan_claim_with(
                         .action("Verify"),
                     );
                 }
-                let record = announce
-                    .then(|| crate::record::build_record(pv, &template))
-                    .flatten()
-                    .map(Box::new);
+                let record = announce.then(|| record_for(pv)).flatten();
                 plan(Step::Provisioned { patch, record }, notices)
             }
             PvCheck::Wrong(_) if stage != Stage::Pending => plan(Step::Ignore, vec![]),
@@ -451,21 +479,18 @@ pub fn plan_claim_with(
             PvCheck::Wrong(_) if pv.metadata.deletion_timestamp.is_some() => {
                 plan(Step::AwaitPvRemoval, notices)
             }
-            PvCheck::Wrong(why) if made_by_attempt(pv, &i.jobs) => {
+            // The controller makes PVs only from a verified report, so a wrong one in
+            // controller mode is someone else's, whenever it was made.
+            PvCheck::Wrong(why) if !by_controller && made_by_attempt(pv, &i.jobs) => {
                 let pv_uid = pv.metadata.uid.clone().unwrap_or_default();
                 notices.push(Notice::warning(
                     format!("wrong-pv/{pv_uid}"),
                     reasons::FAILED,
-                    format!("attempt {attempt}: PersistentVolume {} was created, but {why}; it is removed and provisioning retried (its storage is cleaned first unless the class retains volumes)", pv_name(&request.uid)),
+                    format!("attempt {attempt}: PersistentVolume {} was created, but {why}; it is removed and provisioning retried. Storage it points at is not cleaned by a deprovision Job, which runs only for volumes the controller verified: an admin checks it if the image does not reuse it on the next attempt", pv_name(&request.uid)),
                 ).about(pv).action("Verify"));
-                let record = crate::record::build_record(pv, &template).map(Box::new);
-                plan(
-                    Step::RemoveWrongPv {
-                        uid: pv_uid,
-                        record,
-                    },
-                    notices,
-                )
+                // No record and no finalizer: nothing is ever run on the word of a PV that
+                // did not verify.
+                plan(Step::RemoveWrongPv { uid: pv_uid }, notices)
             }
             PvCheck::Wrong(why) => {
                 let pv_uid = pv.metadata.uid.clone().unwrap_or_default();
@@ -497,28 +522,59 @@ pub fn plan_claim_with(
     }
     let job_uid = job.metadata.uid.clone().unwrap_or_default();
     let job_name = job.metadata.name.clone().unwrap_or_default();
-    let (permanent, message, at) = match latest_outcome.expect("computed for the latest job") {
+    let (permanent, message, at) = match latest_outcome
+        .clone()
+        .expect("computed for the latest job")
+    {
         JobOutcome::Running => return plan(Step::Running { attempt }, notices),
         // The PV watch may not have delivered the PV yet: never fail an attempt (and start
         // another Job) on a cache's word alone.
+        JobOutcome::Succeeded if by_controller => {
+            let at = completion_of(job);
+            match report.as_deref() {
+                Some(raw) => {
+                    match check_report(raw, &config.provisioner.volume_sources)
+                        .and_then(|source| pv_with_source(&template, &source))
+                    {
+                        Ok(pv) => return plan(Step::CreatePv { pv: Box::new(pv) }, notices),
+                        // The image's own doing, the same every time: retried only once the
+                        // claim or the configuration changed.
+                        Err(why) => (
+                            true,
+                            format!(
+                                "the provisioner Job {job_name} succeeded, but {why}; no PersistentVolume is created (storage the image made may need cleaning up by an admin)"
+                            ),
+                            at,
+                        ),
+                    }
+                }
+                None if at.is_none_or(|t| {
+                    let d = i.now.duration_since(t);
+                    d.is_negative() || d.unsigned_abs() < REPORT_WAIT
+                }) =>
+                {
+                    return plan(Step::AwaitReport, notices);
+                }
+                None => (
+                    false,
+                    format!(
+                        "the provisioner Job {job_name} succeeded, but its pod, whose termination message holds the volume source, is gone"
+                    ),
+                    at,
+                ),
+            }
+        }
         JobOutcome::Succeeded if !i.pv_absence_confirmed => {
             return plan(Step::ConfirmPv, notices);
         }
-        JobOutcome::Succeeded => {
-            let at = job
-                .status
-                .as_ref()
-                .and_then(|s| s.completion_time.as_ref())
-                .map(|t| t.0);
-            (
-                false,
-                format!(
-                    "the provisioner Job {job_name} succeeded but created no PersistentVolume {}",
-                    pv_name(&request.uid)
-                ),
-                at,
-            )
-        }
+        JobOutcome::Succeeded => (
+            false,
+            format!(
+                "the provisioner Job {job_name} succeeded but created no PersistentVolume {}",
+                pv_name(&request.uid)
+            ),
+            completion_of(job),
+        ),
         JobOutcome::Failed {
             permanent,
             message,
@@ -536,7 +592,9 @@ pub fn plan_claim_with(
         .max_attempts
         .is_some_and(|max| attempt >= max);
     if (permanent || out_of_attempts) && same_inputs {
-        let why = if permanent {
+        let why = if permanent && matches!(latest_outcome, Some(JobOutcome::Succeeded)) {
+            "a bad report is not retried until the claim or the configuration changes"
+        } else if permanent {
             "the exit code is permanent, so it is not retried until the claim or the configuration changes"
         } else {
             "max-attempts is reached, so it is not retried until the claim or the configuration changes"

@@ -2,6 +2,7 @@
 //! notices users should see. The controller only gathers the inputs and carries out steps.
 
 pub mod claim;
+pub mod orphan;
 pub mod retry;
 pub mod volume;
 

@@ -135,13 +135,7 @@ pub fn render_objects(
         )));
     }
     let rendered = render_for_claim(&config, &claim, node_info.as_ref(), provisioner_name)?;
-    let pv = pv_template(
-        &config,
-        &claim,
-        node_info.as_ref(),
-        &rendered,
-        provisioner_name,
-    );
+    let pv = pv_template(&config, &claim, node_info.as_ref(), provisioner_name);
     let job = provision_job(
         ProvisionContext {
             config: &config,

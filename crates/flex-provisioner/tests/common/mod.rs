@@ -152,7 +152,7 @@ pub fn produce(
     let claim = ClaimRequest::from_claim(pvc).unwrap();
     let node = node.map(flex_provisioner::claim::NodeInfo::from_node);
     let rendered = render_for_claim(&config, &claim, node.as_ref(), P).unwrap();
-    let pv = pv_template(&config, &claim, node.as_ref(), &rendered, P);
+    let pv = pv_template(&config, &claim, node.as_ref(), P);
     let job = provision_job(
         ProvisionContext {
             config: &config,

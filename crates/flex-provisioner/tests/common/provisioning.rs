@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use flex_provisioner::controller::{Options, run};
-use flex_provisioner::sandbox::{Sandbox, SandboxOptions, WriteCtx, resources};
+use flex_provisioner::sandbox::{Sandbox, SandboxOptions};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, ListParams, PostParams};
@@ -16,7 +16,9 @@ use tokio::task::JoinHandle;
 use super::sandbox::eventually;
 
 /// deploy/'s namespace: the controller's config namespace, where its Role applies.
-pub const NS: &str = "flex-provisioner";
+pub const NS: &str = "flex-provisioner-config";
+/// deploy/'s controller namespace: the controller's account and its leader Lease.
+pub const CONTROLLER_NS: &str = "flex-provisioner";
 
 /// `volume create` with a hostPath source (what a real image would do after carving storage).
 fn make_pv(dir: &str) -> String {
@@ -24,6 +26,12 @@ fn make_pv(dir: &str) -> String {
         "flex-provisioner volume create --source \"{{\\\"hostPath\\\":{{\\\"path\\\":\\\"/{dir}/$PV_NAME\\\"}}}}\""
     )
 }
+
+/// Test images that create the PV themselves (or, `no-pv`, fail to): their classes use
+/// `pv-creator: image`; every other class has the controller create the PV.
+pub const IMAGE_MODE: &[&str] = &["kubectl-pv", "wrong-size", "wrong-ref", "no-pv"];
+/// deploy/'s account for `pv-creator: image` Jobs.
+pub const IMAGE_ACCOUNT: &str = "flex-provisioner-volume-writer";
 
 /// Provisioner images for the tests: name -> script body.
 fn images() -> Vec<(&'static str, String)> {
@@ -43,7 +51,22 @@ fn images() -> Vec<(&'static str, String)> {
             ),
         ),
         ("perm", "echo \"perm: pool gold does not exist\" > \"$TERMINATION_LOG\"\nexit 2".into()),
-                ("no-pv", "exit 0".into()),
+        ("no-pv", "exit 0".into()),
+        // Reports that the controller must refuse.
+        (
+            "two-sources",
+            "printf '%s' '{\"nfs\":{\"server\":\"s\",\"path\":\"/a\"},\"hostPath\":{\"path\":\"/\"}}' > \"$TERMINATION_LOG\"".into(),
+        ),
+        ("bad-json", "printf '%s' '{\"hostPath\":' > \"$TERMINATION_LOG\"".into()),
+        // What a compromised image would try first: the API, with whatever credentials the
+        // pod has. Records what happened, then reports its volume as asked.
+        (
+            "api-probe",
+            format!(
+                "printf '%s' '{{\"apiVersion\":\"v1\",\"kind\":\"PersistentVolume\",\"metadata\":{{\"name\":\"planted\"}},\"spec\":{{\"capacity\":{{\"storage\":\"1Gi\"}},\"accessModes\":[\"ReadWriteOnce\"],\"hostPath\":{{\"path\":\"/\"}}}}}}' | kubectl create -f - > \"$SANDBOX_ROOT/probe-$PVC_UID\" 2>&1 && echo CREATED >> \"$SANDBOX_ROOT/probe-$PVC_UID\" || echo REFUSED >> \"$SANDBOX_ROOT/probe-$PVC_UID\"\n{}",
+                make_pv("volumes")
+            ),
+        ),
         // Deprovisioning fails twice (the storage backend refuses), then succeeds.
         (
             "fail-delete",
@@ -111,6 +134,8 @@ pub fn options() -> Options {
     Options {
         provisioner_name: flex_provisioner::names::DEFAULT_PROVISIONER_NAME.into(),
         config_namespaces: vec![NS.into()],
+        controller_namespace: CONTROLLER_NS.into(),
+        controller_service_account: "flex-provisioner".into(),
         job_ttl_seconds: 3600,
         retry_base: Duration::from_millis(300),
         instance: "test".into(),
@@ -130,7 +155,7 @@ pub fn controller_with(sb: &Sandbox, options: Options) -> JoinHandle<()> {
     let admin = sb.client().unwrap();
     let url = sb.url();
     tokio::spawn(async move {
-        let client = client_as(admin, &url, NS, "flex-provisioner").await;
+        let client = client_as(admin, &url, CONTROLLER_NS, "flex-provisioner").await;
         if let Err(e) = run(client, options).await {
             panic!("controller stopped: {e}");
         }
@@ -164,7 +189,15 @@ pub async fn class(sb: &Sandbox, name: &str, binding: &str, image: &str, extra: 
         .create(&PostParams::default(), &serde_json::from_value(sc).unwrap())
         .await
         .unwrap();
-    let mut data = json!({"image": image, "retries": "0"});
+    // Test images report hostPath sources; the ones that write the PV themselves (kubectl)
+    // or make none run in image mode, as deploy/'s image account.
+    let mut data = json!({"image": image, "retries": "0", "volume-sources": "hostPath"});
+    if IMAGE_MODE.contains(&image) {
+        json_patch::merge(
+            &mut data,
+            &json!({"pv-creator": "image", "service-account-name": IMAGE_ACCOUNT}),
+        );
+    }
     json_patch::merge(&mut data, &extra);
     let cm = json!({"metadata": {"name": format!("{name}-config"),
         "labels": {"type": "provisioner-config", "storage-class": name}}, "data": data});
@@ -406,24 +439,16 @@ pub async fn sandbox_with(adjust: impl FnOnce(SandboxOptions) -> SandboxOptions)
     .await
     .expect("sandbox starts");
     // What `kubectl apply -k deploy/` installs: the namespace, both accounts, the RBAC.
-    let files: Vec<PathBuf> = ["namespace.yaml", "serviceaccounts.yaml", "rbac.yaml"]
-        .iter()
-        .map(|f| PathBuf::from("deploy").join(f))
-        .collect();
+    let files: Vec<PathBuf> = [
+        "namespace.yaml",
+        "serviceaccounts.yaml",
+        "rbac.yaml",
+        "admission-policy.yaml",
+    ]
+    .iter()
+    .map(|f| PathBuf::from("deploy").join(f))
+    .collect();
     flex_provisioner::sandbox_cmd::apply_files(&sb, &files).expect("deploy/ applies");
-    // Test classes that name no account run their Jobs as the namespace's `default`: it
-    // gets the images' role from deploy/ (create and get PVs), nothing more.
-    sb.api
-        .create(
-            resources::find("rbac.authorization.k8s.io", "v1", "clusterrolebindings").unwrap(),
-            "",
-            json!({"metadata": {"name": "test-images-default"},
-                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                               "name": "flex-provisioner-volume-writer"},
-                   "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": NS}]}),
-            &WriteCtx::manager("test"),
-        )
-        .unwrap();
     sb
 }
 

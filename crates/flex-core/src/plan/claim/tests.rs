@@ -87,7 +87,8 @@ fn pv(claim_uid: &str) -> PersistentVolume {
     serde_json::from_value(json!({"metadata": {"name": format!("pvc-{UID}"), "uid": "pv-1",
                                               "creationTimestamp": "2026-01-01T00:00:03Z"},
         "spec": {"claimRef": {"namespace": "a", "name": "data", "uid": claim_uid}, "storageClassName": "silver",
-                 "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "volumeMode": "Filesystem"}}))
+                 "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "volumeMode": "Filesystem",
+                 "nfs": {"server": "nfs.example", "path": "/exports/data"}}}))
     .unwrap()
 }
 
@@ -308,18 +309,39 @@ fn a_right_pv_is_provisioned_and_a_wrong_one_removed() {
         P
     );
     assert_eq!(p.notices.last().unwrap().reason, reasons::SUCCEEDED);
+    // An image that wrote a wrong PV (pv-creator: image): removed, without ever getting a
+    // record or our finalizer, and the attempt is retried.
+    let image_mode = config(json!({"pv-creator": "image"}), "Immediate");
+    let c = Case {
+        jobs: vec![job(1, complete("2026-01-01T00:00:04Z"), "h1")],
+        pv: Some(pv("someone-else")),
+        ..case(&image_mode)
+    };
+    let p = run(&c);
+    let Step::RemoveWrongPv { uid } = &p.step else {
+        panic!("{:?}", p.step)
+    };
+    assert_eq!(uid, "pv-1");
+    assert!(p.notices[0].message.contains("claimRef"), "{:?}", p.notices);
+    assert!(
+        p.notices[0].message.contains("not cleaned"),
+        "{:?}",
+        p.notices
+    );
+    // With pv-creator controller, the controller made no such PV: someone else did, and it
+    // is left alone.
     let c = Case {
         jobs: vec![job(1, complete("2026-01-01T00:00:04Z"), "h1")],
         pv: Some(pv("someone-else")),
         ..case(&cfg)
     };
     let p = run(&c);
-    let Step::RemoveWrongPv { uid, record } = &p.step else {
-        panic!("{:?}", p.step)
-    };
-    assert_eq!(uid, "pv-1");
-    assert!(record.is_some(), "a wrong PV of ours can still be cleaned");
-    assert!(p.notices[0].message.contains("claimRef"), "{:?}", p.notices);
+    assert_eq!(p.step, Step::Blocked);
+    assert!(
+        p.notices[0].message.contains("left alone"),
+        "{:?}",
+        p.notices
+    );
     // A right-looking PV planted before any Job of ours ran gets no records and no success.
     let mut planted = pv(UID);
     planted.metadata.creation_timestamp =
@@ -420,13 +442,14 @@ fn transient_failures_back_off_then_retry() {
         ..case(&cfg)
     };
     assert_eq!(starts(&run(&c)), Some(2));
-    // A Job that succeeded without a PV: first the API server is asked (the cache may not
+    // With `pv-creator: image`, a Job that succeeded without a PV: first the API server is asked (the cache may not
     // have seen the PV yet), and nothing is judged or started meanwhile.
+    let image_mode = config(json!({"pv-creator": "image"}), "Immediate");
     let c = Case {
         jobs: vec![job(1, complete("2026-01-01T00:00:00Z"), "h1")],
         now: "2026-01-01T00:01:00Z",
         pv_absence_confirmed: false,
-        ..case(&cfg)
+        ..case(&image_mode)
     };
     let p = run(&c);
     assert_eq!(p.step, Step::ConfirmPv);
@@ -573,7 +596,7 @@ fn the_inputs_hash_is_a_versioned_sha256_of_a_canonical_form() {
     let cfg = config(json!({"export": "/x/{{claim.name}}"}), "Immediate");
     let req = crate::claim::ClaimRequest::from_claim(&claim(json!({}))).unwrap();
     let h = inputs_hash(&cfg, &req);
-    assert!(h.starts_with("v1-"), "{h}");
+    assert!(h.starts_with("v2-"), "{h}");
     assert_eq!(h.len(), 3 + 64, "{h}");
     assert!(h[3..].bytes().all(|b| b.is_ascii_hexdigit()), "{h}");
     assert_eq!(h, inputs_hash(&cfg.clone(), &req.clone()));
@@ -587,6 +610,14 @@ fn the_inputs_hash_is_a_versioned_sha256_of_a_canonical_form() {
             json!({"export": "/x/{{claim.name}}", "image": "other:2"}),
             "Immediate",
         ),
+        config(
+            json!({"export": "/x/{{claim.name}}", "pv-creator": "image"}),
+            "Immediate",
+        ),
+        config(
+            json!({"export": "/x/{{claim.name}}", "volume-sources": "nfs"}),
+            "Immediate",
+        ),
     ] {
         assert_ne!(h, inputs_hash(&other, &req));
     }
@@ -597,6 +628,133 @@ fn the_inputs_hash_is_a_versioned_sha256_of_a_canonical_form() {
     assert_ne!(h, inputs_hash(&cfg, &bigger));
     assert_eq!(
         h,
-        "v1-f1b4cebc315afa29b68a022fc3e4930e06a1904c9a9edd6b0de8ba6eb729fc2a"
+        "v2-f18c7c09c532af7555dc42b0c0bc534afd7c4c1001009e86cf2ebfd2c1a3abeb"
     );
+}
+
+fn succeeded_pod(job_uid: &str, message: &str) -> Pod {
+    pod(
+        job_uid,
+        json!({"phase": "Succeeded", "containerStatuses": [{"name": "provisioner", "image": "i", "imageID": "",
+            "ready": false, "restartCount": 0, "state": {"terminated": {"exitCode": 0, "message": message}}}]}),
+    )
+}
+
+#[test]
+fn the_controller_creates_the_pv_from_a_valid_report_only() {
+    let cfg = config(json!({}), "Immediate");
+    let done = |pods: Vec<Pod>, now: &'static str| Case {
+        jobs: vec![job(1, complete("2026-01-01T00:00:04Z"), "h1")],
+        pods,
+        now,
+        ..case(&cfg)
+    };
+    // A good report: the PV is the template plus exactly that source, with our finalizer.
+    let p = run(&done(
+        vec![succeeded_pod(
+            "j1",
+            r#"{"nfs":{"server":"s","path":"/e/a"}}"#,
+        )],
+        "2026-01-01T00:00:05Z",
+    ));
+    let Step::CreatePv { pv } = &p.step else {
+        panic!("{:?}", p.step)
+    };
+    let spec = pv.spec.as_ref().unwrap();
+    assert_eq!(spec.nfs.as_ref().unwrap().path, "/e/a");
+    assert_eq!(spec.claim_ref.as_ref().unwrap().uid.as_deref(), Some(UID));
+    assert_eq!(spec.storage_class_name.as_deref(), Some("silver"));
+    assert_eq!(
+        pv.metadata.finalizers.as_deref(),
+        Some(&["flex-provisioner.io/deprovision".to_owned()][..])
+    );
+    assert!(spec.host_path.is_none() && spec.local.is_none());
+    // Bad reports: the attempt fails for good (until the inputs change), with what was wrong.
+    for (report, says) in [
+        (
+            r#"{"nfs":{"server":"s","path":"/e"},"iscsi":{"targetPortal":"t","iqn":"i","lun":0}}"#,
+            "exactly one volume source",
+        ),
+        (r#"{"hostPath":{"path":"/"}}"#, "does not allow"),
+        (r#"{"nfs": "#, "not JSON"),
+        ("", "reported no volume source"),
+        (
+            r#"{"claimRef":{"uid":"other"}}"#,
+            "not a PersistentVolume source",
+        ),
+        (r#"{"nfs":{"server":7}}"#, "not make a valid PV"),
+    ] {
+        let p = run(&done(
+            vec![succeeded_pod("j1", report)],
+            "2026-01-01T00:00:05Z",
+        ));
+        assert_eq!(p.step, Step::GiveUp, "{report}");
+        let m = &p
+            .notices
+            .iter()
+            .find(|n| n.warning)
+            .expect("a warning")
+            .message;
+        assert!(
+            m.contains(says) && m.contains("no PersistentVolume is created"),
+            "{report}: {m}"
+        );
+    }
+    // No pod seen yet: wait for it a little, then call the report lost and try again.
+    assert_eq!(
+        run(&done(vec![], "2026-01-01T00:00:30Z")).step,
+        Step::AwaitReport
+    );
+    let p = run(&done(vec![], "2026-01-01T00:10:00Z"));
+    assert_eq!(starts(&p), Some(2), "{:?}", p.step);
+    assert!(p.notices.iter().any(|n| n.message.contains("is gone")));
+}
+
+#[test]
+fn a_pv_is_verified_against_the_allowed_sources_and_the_report() {
+    let cfg = config(json!({}), "Immediate");
+    let with = |pv: PersistentVolume, pods: Vec<Pod>| Case {
+        jobs: vec![job(1, complete("2026-01-01T00:00:04Z"), "h1")],
+        pv: Some(pv),
+        pods,
+        ..case(&cfg)
+    };
+    let mut host = pv(UID);
+    host.spec.as_mut().unwrap().nfs = None;
+    host.spec.as_mut().unwrap().host_path =
+        Some(serde_json::from_value(json!({"path": "/"})).unwrap());
+    let p = run(&with(host, vec![]));
+    assert_eq!(p.step, Step::Blocked);
+    assert!(p.notices.iter().any(|n| {
+        n.message
+            .contains("`hostPath`, which this class does not allow")
+    }));
+    // The class lists it: fine.
+    let local = config(json!({"volume-sources": "hostPath, local"}), "Immediate");
+    let mut host = pv(UID);
+    host.spec.as_mut().unwrap().nfs = None;
+    host.spec.as_mut().unwrap().host_path =
+        Some(serde_json::from_value(json!({"path": "/v/a"})).unwrap());
+    let c = Case {
+        jobs: vec![job(1, complete("2026-01-01T00:00:04Z"), "h1")],
+        pv: Some(host),
+        ..case(&local)
+    };
+    assert!(matches!(run(&c).step, Step::Provisioned { .. }));
+    // Someone else's PV, racing ours under our name, with a source other than the report.
+    let reported = succeeded_pod("j1", r#"{"nfs":{"server":"s","path":"/e/mine"}}"#);
+    let p = run(&with(pv(UID), vec![reported.clone()]));
+    assert_eq!(p.step, Step::Blocked);
+    assert!(
+        p.notices
+            .iter()
+            .any(|n| n.message.contains("not the one the provisioner reported"))
+    );
+    let mut ours = pv(UID);
+    ours.spec.as_mut().unwrap().nfs =
+        Some(serde_json::from_value(json!({"server": "s", "path": "/e/mine"})).unwrap());
+    assert!(matches!(
+        run(&with(ours, vec![reported])).step,
+        Step::Provisioned { .. }
+    ));
 }

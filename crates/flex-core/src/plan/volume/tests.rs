@@ -8,21 +8,22 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::names::ANN_DEPROVISION_SPEC;
 
 const P: &str = "flex-provisioner.io/job";
 const DELETED: &str = "2026-01-01T00:00:00Z";
 
-fn recipe() -> String {
-    json!({"namespace": "cfg", "config": "cfg/c", "image": "img:1", "timeoutSeconds": 60,
-           "retries": 0, "permanentExitCodes": []})
-    .to_string()
+fn recipe() -> crate::job::JobRecipe {
+    serde_json::from_value(
+        json!({"namespace": "cfg", "config": "cfg/c", "image": "img:1",
+           "timeoutSeconds": 60, "retries": 0, "permanentExitCodes": []}),
+    )
+    .unwrap()
 }
 
 fn pv(policy: &str, phase: &str, extra: Value) -> PersistentVolume {
     let mut v = json!({
         "metadata": {"name": "pvc-u1", "uid": "pv-uid", "resourceVersion": "7",
-                     "annotations": {"pv.kubernetes.io/provisioned-by": P, ANN_DEPROVISION_SPEC: recipe()},
+                     "annotations": {"pv.kubernetes.io/provisioned-by": P},
                      "finalizers": ["flex-provisioner.io/deprovision", "kubernetes.io/pv-protection"]},
         "spec": {"persistentVolumeReclaimPolicy": policy, "claimRef": {"namespace": "a", "name": "c", "uid": "u1"}},
         "status": {"phase": phase}
@@ -100,7 +101,7 @@ enum Expect {
 
 fn run(c: &Case<'_>, now: &str, provisioning: bool) -> VolumePlan {
     // The record the controller wrote for this PV when it verified it.
-    let record = crate::record::build_record(&c.pv, &c.pv);
+    let record = crate::record::build_record(&c.pv, &recipe(), "{}");
     plan_volume(&VolumeInputs {
         pv: &c.pv,
         record: record.as_ref(),
@@ -505,7 +506,7 @@ fn a_volume_without_its_record_is_kept_and_reported() {
     let released = pv("Delete", "Released", json!({}));
     // A decoy: every annotation of a real volume copied, but another uid.
     let real = pv("Delete", "Bound", json!({"metadata": {"uid": "real-uid"}}));
-    let theirs = crate::record::build_record(&real, &real).unwrap();
+    let theirs = crate::record::build_record(&real, &recipe(), "{}").unwrap();
     for record in [None, Some(&theirs)] {
         let p = plan_volume(&VolumeInputs {
             pv: &released,

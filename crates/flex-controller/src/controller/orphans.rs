@@ -1,0 +1,134 @@
+//! Storage made for claims deleted while their Job ran (`plan::orphan`): spotted in the Job
+//! watch, confirmed with the API server, and handed to the volume state machine as a PV.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{Api, ListParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+
+use super::context::Context;
+use crate::names::{LABEL_ACTION, LABEL_CLAIM_UID, LABEL_VOLUME};
+use crate::plan::orphan::{Confirmed, OrphanStep, is_candidate, plan_orphan};
+use crate::plan::reasons;
+
+/// How long a succeeded Job's report is waited for in the pod cache.
+const REPORT_WAIT: Duration = Duration::from_secs(60);
+/// How many Jobs are looked into at once (each costs three reads).
+const AT_ONCE: usize = 8;
+
+pub(super) async fn run(jobs: impl Stream<Item = Result<Job, watcher::Error>>, ctx: Arc<Context>) {
+    ctx.ready().await;
+    jobs.filter_map(|j| async move { j.ok() })
+        .for_each_concurrent(AT_ONCE, |job| {
+            let ctx = ctx.clone();
+            async move {
+                if let Err(e) = look_into(&ctx, &job).await {
+                    tracing::debug!(job = %job.name_any(), error = %e, "orphaned Job not handled yet; the next change of it retries");
+                }
+            }
+        })
+        .await;
+}
+
+fn cached_pods(ctx: &Context) -> Vec<Arc<Pod>> {
+    ctx.caches.pods.iter().flat_map(|s| s.state()).collect()
+}
+
+/// Cheap on the cache first: only a candidate whose claim and PV the cache does not show
+/// costs reads.
+async fn look_into(ctx: &Context, job: &Job) -> Result<(), kube::Error> {
+    let label = |k: &str| job.labels().get(k).cloned().unwrap_or_default();
+    let (claim_uid, volume) = (label(LABEL_CLAIM_UID), label(LABEL_VOLUME));
+    let pods = cached_pods(ctx);
+    let pod_refs: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
+    if claim_uid.is_empty() || volume.is_empty() || !is_candidate(job, &pod_refs) {
+        return Ok(());
+    }
+    let claim_cached = ctx
+        .caches
+        .claims
+        .state()
+        .iter()
+        .any(|c| c.uid().as_deref() == Some(claim_uid.as_str()));
+    let pv_cached = ctx
+        .caches
+        .volumes
+        .get(&kube::runtime::reflector::ObjectRef::new(&volume))
+        .is_some();
+    if claim_cached || pv_cached {
+        return Ok(());
+    }
+    let started = tokio::time::Instant::now();
+    loop {
+        let confirmed = confirm(ctx, job, &claim_uid, &volume).await?;
+        let pods = cached_pods(ctx);
+        let pod_refs: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
+        match plan_orphan(job, &pod_refs, confirmed) {
+            OrphanStep::Nothing => return Ok(()),
+            OrphanStep::AwaitReport if started.elapsed() < REPORT_WAIT => {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            OrphanStep::AwaitReport => {
+                let message = "its claim was deleted while it ran, and its pod's report is gone: what the image made cannot be cleaned up automatically; remove it by hand";
+                ctx.event(&job.object_ref(&()), true, reasons::FAILED, message)
+                    .await;
+                return Ok(());
+            }
+            OrphanStep::BadReport(message) => {
+                ctx.event(&job.object_ref(&()), true, reasons::FAILED, &message)
+                    .await;
+                return Ok(());
+            }
+            OrphanStep::CreatePv(pv) => {
+                tracing::info!(job = %job.name_any(), volume = %volume, "the claim was deleted while its Job ran; its volume is created to be deprovisioned");
+                return match Api::<PersistentVolume>::all(ctx.client.clone())
+                    .create(&PostParams::default(), &pv)
+                    .await
+                {
+                    Ok(_) => Ok(()),
+                    Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+                    Err(e) => Err(e),
+                };
+            }
+        }
+    }
+}
+
+/// The claim, the PV and the volume's deprovision Jobs, read from the API server.
+async fn confirm(
+    ctx: &Context,
+    job: &Job,
+    claim_uid: &str,
+    volume: &str,
+) -> Result<Confirmed, kube::Error> {
+    let claim = match super::claim_ref_of(job.meta().annotations.as_ref()) {
+        Some(r) => {
+            Api::<PersistentVolumeClaim>::namespaced(
+                ctx.client.clone(),
+                r.namespace.as_deref().unwrap_or_default(),
+            )
+            .get_opt(&r.name)
+            .await?
+        }
+        None => None,
+    };
+    let pv = Api::<PersistentVolume>::all(ctx.client.clone())
+        .get_opt(volume)
+        .await?;
+    let deprovisions =
+        Api::<Job>::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default())
+            .list_metadata(&ListParams::default().labels(&format!(
+                "{LABEL_ACTION}=deprovision,{LABEL_VOLUME}={volume}"
+            )))
+            .await?;
+    Ok(Confirmed {
+        claim_gone: claim.is_none_or(|c| c.uid().as_deref() != Some(claim_uid)),
+        pv_exists: pv.is_some(),
+        deprovisioned: !deprovisions.items.is_empty(),
+    })
+}

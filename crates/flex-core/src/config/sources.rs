@@ -1,0 +1,223 @@
+//! Who makes the PV (`pv-creator`) and which volume source types a class may hand out
+//! (`volume-sources`).
+
+use std::collections::BTreeSet;
+
+/// Who creates the PersistentVolume of a claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PvCreator {
+    /// The image reports a volume source; the controller validates it and creates the PV.
+    /// The Job's pod gets no API credentials.
+    #[default]
+    Controller,
+    /// The image creates the PV itself with its service account (the original proposal).
+    Image,
+}
+
+impl PvCreator {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PvCreator::Controller => "controller",
+            PvCreator::Image => "image",
+        }
+    }
+}
+
+pub fn pv_creator(text: &str) -> Result<PvCreator, String> {
+    match text.trim() {
+        "controller" => Ok(PvCreator::Controller),
+        "image" => Ok(PvCreator::Image),
+        other => Err(format!(
+            "`{other}` is neither `controller` (the image reports a volume source, the controller creates the PV) nor `image` (the image creates the PV)"
+        )),
+    }
+}
+
+/// Every volume source field of a PersistentVolumeSpec (Kubernetes 1.36).
+pub const PV_SOURCE_TYPES: &[&str] = &[
+    "awsElasticBlockStore",
+    "azureDisk",
+    "azureFile",
+    "cephfs",
+    "cinder",
+    "csi",
+    "fc",
+    "flexVolume",
+    "flocker",
+    "gcePersistentDisk",
+    "glusterfs",
+    "hostPath",
+    "iscsi",
+    "local",
+    "nfs",
+    "photonPersistentDisk",
+    "portworxVolume",
+    "quobyte",
+    "rbd",
+    "scaleIO",
+    "storageos",
+    "vsphereVolume",
+];
+
+/// Types that hand a pod a directory of its node (`hostPath`, `local`) or run a driver
+/// binary on the node with options from the report (`flexVolume`): a provisioner image that
+/// reports one of them decides what of a node any pod using the claim can reach, so a class
+/// must list them by name.
+pub const NODE_SOURCE_TYPES: &[&str] = &["flexVolume", "hostPath", "local"];
+
+/// The types a class allows when it does not say: every type but the node ones.
+pub fn default_sources() -> BTreeSet<String> {
+    PV_SOURCE_TYPES
+        .iter()
+        .filter(|t| !NODE_SOURCE_TYPES.contains(t))
+        .map(|t| (*t).to_owned())
+        .collect()
+}
+
+/// `volume-sources: "local,hostPath"` (a YAML list such as `[local, hostPath]` also reads).
+pub fn volume_sources(text: &str) -> Result<BTreeSet<String>, String> {
+    let inner = text.trim();
+    let inner = inner
+        .strip_prefix('[')
+        .and_then(|s| s.strip_suffix(']'))
+        .unwrap_or(inner);
+    let mut out = BTreeSet::new();
+    for part in inner.split(',') {
+        let part = part.trim().trim_matches(|c| c == '"' || c == '\'');
+        if part.is_empty() {
+            continue;
+        }
+        match PV_SOURCE_TYPES
+            .iter()
+            .find(|t| t.eq_ignore_ascii_case(part))
+        {
+            Some(t) if *t == part => {
+                out.insert(part.to_owned());
+            }
+            Some(t) => return Err(format!("`{part}` is spelt `{t}` in a PersistentVolume")),
+            None => {
+                return Err(format!(
+                    "`{part}` is not a PersistentVolume source type; use the field names of a PV's spec, e.g. `nfs`, `iscsi`, `csi`, `local`, `hostPath`"
+                ));
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err("lists no volume source type".into());
+    }
+    Ok(out)
+}
+
+/// The volume source fields set in a PV's spec (as JSON), in spec order.
+pub fn sources_in(spec: &serde_json::Value) -> Vec<String> {
+    PV_SOURCE_TYPES
+        .iter()
+        .filter(|t| spec.get(**t).is_some_and(|v| !v.is_null()))
+        .map(|t| (*t).to_owned())
+        .collect()
+}
+
+/// Checks a volume source reported by an image (the termination message of its pod): a JSON
+/// object with exactly one key, a source type the class allows, whose value is an object.
+/// Returns the source as it goes into the PV's spec.
+pub fn check_report(
+    report: &str,
+    allowed: &BTreeSet<String>,
+) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+    if report.trim().is_empty() {
+        return Err("it reported no volume source (its termination message is empty): with pv-creator controller the image must write one, e.g. with flex-provisioner volume create --source".into());
+    }
+    let value: serde_json::Value = serde_json::from_str(report.trim()).map_err(|e| {
+        format!(
+            "its report is not JSON ({e}): it must be one volume source such as {{\"nfs\":{{\"server\":\"…\",\"path\":\"…\"}}}}, written to the termination log on exit 0 (flex-provisioner volume create --source does it)"
+        )
+    })?;
+    let serde_json::Value::Object(map) = value else {
+        return Err("its report is not a JSON object: it must be one volume source such as {\"nfs\":{\"server\":\"…\",\"path\":\"…\"}}".into());
+    };
+    if map.len() != 1 {
+        let keys: Vec<&str> = map.keys().map(String::as_str).collect();
+        return Err(format!(
+            "its report holds {} keys ({}), and must hold exactly one volume source",
+            map.len(),
+            keys.join(", ")
+        ));
+    }
+    let (kind, body) = map.iter().next().expect("one entry");
+    if !PV_SOURCE_TYPES.contains(&kind.as_str()) {
+        return Err(format!(
+            "its report names `{kind}`, which is not a PersistentVolume source type"
+        ));
+    }
+    if !allowed.contains(kind) {
+        return Err(format!(
+            "its report is a `{kind}` volume, which this class does not allow (volume-sources: {}); an admin adds `{kind}` to volume-sources if the image is meant to hand those out",
+            allowed.iter().cloned().collect::<Vec<_>>().join(",")
+        ));
+    }
+    if !body.is_object() {
+        return Err(format!("its report's `{kind}` is not a JSON object"));
+    }
+    Ok(map)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn creators() {
+        assert_eq!(pv_creator("controller"), Ok(PvCreator::Controller));
+        assert_eq!(pv_creator(" image "), Ok(PvCreator::Image));
+        assert!(pv_creator("pod").unwrap_err().contains("neither"));
+    }
+
+    #[test]
+    fn source_lists() {
+        assert_eq!(
+            volume_sources("local, hostPath").unwrap(),
+            BTreeSet::from(["hostPath".to_owned(), "local".to_owned()])
+        );
+        assert_eq!(volume_sources("[nfs]").unwrap().len(), 1);
+        assert!(
+            volume_sources("hostpath")
+                .unwrap_err()
+                .contains("`hostPath`")
+        );
+        assert!(volume_sources("disk").unwrap_err().contains("not a"));
+        assert!(volume_sources(" , ").is_err());
+        let d = default_sources();
+        assert!(d.contains("nfs") && d.contains("csi"));
+        assert!(!d.contains("hostPath") && !d.contains("local") && !d.contains("flexVolume"));
+    }
+
+    #[test]
+    fn reports() {
+        let nfs = BTreeSet::from(["nfs".to_owned()]);
+        assert!(check_report(r#"{"nfs":{"server":"a","path":"/x"}}"#, &nfs).is_ok());
+        assert!(
+            check_report(r#"{"nfs":{"server":"a"},"hostPath":{"path":"/"}}"#, &nfs)
+                .unwrap_err()
+                .contains("exactly one")
+        );
+        assert!(
+            check_report(r#"{"hostPath":{"path":"/"}}"#, &nfs)
+                .unwrap_err()
+                .contains("does not allow")
+        );
+        assert!(check_report("{nfs", &nfs).unwrap_err().contains("not JSON"));
+        assert!(
+            check_report(" ", &nfs)
+                .unwrap_err()
+                .contains("no volume source")
+        );
+        assert!(check_report("[1]", &nfs).unwrap_err().contains("object"));
+        assert!(
+            check_report(r#"{"spec":{}}"#, &nfs)
+                .unwrap_err()
+                .contains("not a PersistentVolume source")
+        );
+        assert!(check_report(r#"{"nfs":"x"}"#, &nfs).is_err());
+    }
+}

@@ -1,0 +1,98 @@
+//! A `pv-creator: controller` provisioning Job that succeeded after its claim was deleted:
+//! its image made storage, and no PV says so. The controller creates the PV its report
+//! describes (reclaim `Delete` classes only), bound to the deleted claim, so that the volume
+//! state machine deprovisions it as any released volume: storage is never left behind
+//! without an object that names it.
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
+
+use crate::config::PvCreator;
+use crate::config::sources::{check_report, volume_sources};
+use crate::job::{JobOutcome, env_of, outcome, report_of};
+use crate::names::{ANN_VOLUME_SOURCES, LABEL_ACTION};
+use crate::volume::pv_with_source;
+
+/// What the API server says about the Job's claim and volume, read just before deciding.
+#[derive(Debug, Clone, Copy)]
+pub struct Confirmed {
+    /// No claim with the Job's claim uid exists (404, or another claim under the name).
+    pub claim_gone: bool,
+    /// A PV under the Job's volume name exists.
+    pub pv_exists: bool,
+    /// A deprovision Job for the volume name exists: the PV was made and deprovisioned
+    /// since (deprovision Jobs outlive provision Jobs, being made later with the same TTL).
+    pub deprovisioned: bool,
+}
+
+#[derive(Debug, PartialEq)]
+pub enum OrphanStep {
+    /// Not an orphan, or already handled.
+    Nothing,
+    /// The Job succeeded but its pod's report is not in the cache yet.
+    AwaitReport,
+    /// Create this PV; the volume state machine deprovisions it.
+    CreatePv(Box<PersistentVolume>),
+    /// The report cannot make a PV: nothing names the storage; tell it on the Job.
+    BadReport(String),
+}
+
+/// Whether a cached Job may be an orphan: a succeeded provisioning Job of a
+/// `pv-creator: controller` class with reclaim `Delete`. The rest needs the API server.
+pub fn is_candidate(job: &Job, pods: &[&Pod]) -> bool {
+    let provision = job
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_ACTION))
+        .is_some_and(|a| a == "provision");
+    provision
+        && env_of(job, "PV_CREATOR").as_deref() == Some(PvCreator::Controller.as_str())
+        && template(job).is_some_and(|t| {
+            t.spec
+                .and_then(|s| s.persistent_volume_reclaim_policy)
+                .as_deref()
+                == Some("Delete")
+        })
+        && outcome(job, pods) == JobOutcome::Succeeded
+}
+
+fn template(job: &Job) -> Option<PersistentVolume> {
+    serde_json::from_str(&env_of(job, "PV_TEMPLATE")?).ok()
+}
+
+/// The decision for a candidate (see `is_candidate`), from what the API server confirmed.
+pub fn plan_orphan(job: &Job, pods: &[&Pod], confirmed: Confirmed) -> OrphanStep {
+    if !is_candidate(job, pods)
+        || !confirmed.claim_gone
+        || confirmed.pv_exists
+        || confirmed.deprovisioned
+    {
+        return OrphanStep::Nothing;
+    }
+    let Some(template) = template(job) else {
+        return OrphanStep::Nothing;
+    };
+    let Some(report) = report_of(job, pods) else {
+        return OrphanStep::AwaitReport;
+    };
+    let allowed = job
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANN_VOLUME_SOURCES))
+        .map(|s| volume_sources(s))
+        .unwrap_or_else(|| Err("the Job names no volume sources".into()));
+    match allowed
+        .and_then(|allowed| check_report(&report, &allowed))
+        .and_then(|source| pv_with_source(&template, &source))
+    {
+        Ok(pv) => OrphanStep::CreatePv(Box::new(pv)),
+        Err(why) => OrphanStep::BadReport(format!(
+            "its claim was deleted while it ran, and its storage cannot be cleaned up automatically: {why}; remove what the image made by hand"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests;

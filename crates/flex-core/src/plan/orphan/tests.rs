@@ -1,0 +1,124 @@
+//! The orphaned-report planner: when storage made for a deleted claim gets a PV, and when not.
+use super::*;
+use serde_json::{Value, json};
+
+const CONFIRMED: Confirmed = Confirmed {
+    claim_gone: true,
+    pv_exists: false,
+    deprovisioned: false,
+};
+
+fn job(creator: &str, reclaim: &str, sources: Option<&str>) -> Job {
+    let template = json!({"apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": "pvc-u1", "finalizers": ["flex-provisioner.io/deprovision"]},
+        "spec": {"claimRef": {"namespace": "a", "name": "data", "uid": "u1"}, "capacity": {"storage": "1Gi"},
+                 "accessModes": ["ReadWriteOnce"], "persistentVolumeReclaimPolicy": reclaim}});
+    let mut annotations = json!({});
+    if let Some(s) = sources {
+        annotations[ANN_VOLUME_SOURCES] = json!(s);
+    }
+    serde_json::from_value(json!({
+        "metadata": {"name": "provision-u1", "namespace": "cfg", "uid": "j1",
+                     "labels": {LABEL_ACTION: "provision"}, "annotations": annotations},
+        "spec": {"template": {"spec": {"containers": [{"name": "provisioner", "env": [
+            {"name": "PV_CREATOR", "value": creator},
+            {"name": "PV_TEMPLATE", "value": template.to_string()}]}]}}},
+        "status": {"conditions": [{"type": "Complete", "status": "True"}]}}))
+    .unwrap()
+}
+
+fn pod(message: &str) -> Pod {
+    serde_json::from_value(json!({"metadata": {"name": "p", "ownerReferences": [
+            {"apiVersion": "batch/v1", "kind": "Job", "name": "provision-u1", "uid": "j1"}]},
+        "status": {"phase": "Succeeded", "containerStatuses": [{"name": "provisioner", "image": "i", "imageID": "",
+            "ready": false, "restartCount": 0, "state": {"terminated": {"exitCode": 0, "message": message}}}]}}))
+    .unwrap()
+}
+
+const NFS: &str = r#"{"nfs":{"server":"10.0.0.5","path":"/exports/pvc-u1"}}"#;
+
+#[test]
+fn a_report_for_a_deleted_claim_becomes_a_pv_to_deprovision() {
+    let j = job("controller", "Delete", Some("nfs"));
+    let p = pod(NFS);
+    let OrphanStep::CreatePv(pv) = plan_orphan(&j, &[&p], CONFIRMED) else {
+        panic!("a PV for the orphaned storage")
+    };
+    let v: Value = serde_json::to_value(&pv).unwrap();
+    assert_eq!(v["metadata"]["name"], "pvc-u1");
+    assert_eq!(v["spec"]["claimRef"]["uid"], "u1");
+    assert_eq!(v["spec"]["nfs"]["path"], "/exports/pvc-u1");
+    assert_eq!(
+        v["metadata"]["finalizers"][0],
+        "flex-provisioner.io/deprovision"
+    );
+}
+
+#[test]
+fn nothing_is_made_unless_the_api_server_confirmed_it_is_needed() {
+    let j = job("controller", "Delete", Some("nfs"));
+    let p = pod(NFS);
+    for confirmed in [
+        Confirmed {
+            claim_gone: false,
+            ..CONFIRMED
+        },
+        Confirmed {
+            pv_exists: true,
+            ..CONFIRMED
+        },
+        Confirmed {
+            deprovisioned: true,
+            ..CONFIRMED
+        },
+    ] {
+        assert_eq!(
+            plan_orphan(&j, &[&p], confirmed),
+            OrphanStep::Nothing,
+            "{confirmed:?}"
+        );
+    }
+}
+
+#[test]
+fn only_succeeded_controller_mode_delete_jobs_are_candidates() {
+    let p = pod(NFS);
+    assert!(is_candidate(
+        &job("controller", "Delete", Some("nfs")),
+        &[&p]
+    ));
+    assert!(!is_candidate(&job("image", "Delete", Some("nfs")), &[&p]));
+    assert!(!is_candidate(
+        &job("controller", "Retain", Some("nfs")),
+        &[&p]
+    ));
+    let mut running = job("controller", "Delete", Some("nfs"));
+    running.status = None;
+    assert!(!is_candidate(&running, &[&p]));
+    let mut deprovision = job("controller", "Delete", Some("nfs"));
+    deprovision
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert(LABEL_ACTION.into(), "deprovision".into());
+    assert!(!is_candidate(&deprovision, &[&p]));
+}
+
+#[test]
+fn a_missing_report_is_awaited_and_a_bad_one_refused() {
+    let j = job("controller", "Delete", Some("nfs"));
+    assert_eq!(plan_orphan(&j, &[], CONFIRMED), OrphanStep::AwaitReport);
+    let hostpath = pod(r#"{"hostPath":{"path":"/"}}"#);
+    let OrphanStep::BadReport(why) = plan_orphan(&j, &[&hostpath], CONFIRMED) else {
+        panic!("a source type the class did not allow")
+    };
+    assert!(why.contains("does not allow"), "{why}");
+    // A Job that does not say what its class allowed allows nothing.
+    let bare = job("controller", "Delete", None);
+    let p = pod(NFS);
+    assert!(matches!(
+        plan_orphan(&bare, &[&p], CONFIRMED),
+        OrphanStep::BadReport(_)
+    ));
+}
