@@ -100,6 +100,21 @@ impl JobRecipe {
             ..base
         }
     }
+
+    /// `expand-image`/`-command`/`-args` where given, else the provisioning ones.
+    pub fn expand(config: &ClassConfig, rendered: &Rendered, node: Option<&NodeInfo>) -> Self {
+        let p = &config.provisioner;
+        let base = Self::from_config(config, node);
+        JobRecipe {
+            image: p.expand_image.clone().unwrap_or(base.image.clone()),
+            command: p.expand_command.clone().or(base.command.clone()),
+            args: rendered
+                .expand_args
+                .clone()
+                .or_else(|| rendered.args.clone()),
+            ..base
+        }
+    }
 }
 
 /// Everything a claim's provisioning Job is made from.
@@ -196,7 +211,7 @@ pub fn provision_job(cx: ProvisionContext<'_>, attempt: u32, ttl_seconds: i32) -
 }
 
 /// The deprovisioning Job for attempt `attempt` of a PV we provisioned, built only from
-/// what is recorded on the PV.
+/// its record.
 pub fn deprovision_job(
     pv: &PersistentVolume,
     record: &crate::record::Record,
@@ -204,19 +219,84 @@ pub fn deprovision_job(
     attempt: u32,
     ttl_seconds: i32,
 ) -> Job {
-    let recipe = record.recipe.clone();
+    let capacity = crate::volume::storage_capacity(&pv.spec.clone().unwrap_or_default());
+    volume_job(VolumeJob {
+        action: Action::Deprovision,
+        pv,
+        recipe: record.recipe.clone(),
+        parameters: &record.parameters,
+        size: &capacity,
+        provisioner_name,
+        attempt,
+        ttl_seconds,
+    })
+}
+
+/// The expansion Job for attempt `attempt` of a bound volume of ours, to `size` (the claim's
+/// request), built only from its record. Its name is per claim, like provisioning's.
+pub fn expand_job(
+    pv: &PersistentVolume,
+    recipe: &JobRecipe,
+    record: &crate::record::Record,
+    size: &str,
+    provisioner_name: &str,
+    attempt: u32,
+    ttl_seconds: i32,
+) -> Job {
+    let mut job = volume_job(VolumeJob {
+        action: Action::Expand,
+        pv,
+        recipe: recipe.clone(),
+        parameters: &record.parameters,
+        size,
+        provisioner_name,
+        attempt,
+        ttl_seconds,
+    });
+    let bytes = crate::quantity::parse_bytes(size)
+        .map(|b| b.to_string())
+        .unwrap_or_default();
+    job.metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert(crate::names::LABEL_SIZE.to_owned(), bytes);
+    job
+}
+
+/// What a Job about an existing volume is made from.
+struct VolumeJob<'a> {
+    action: Action,
+    pv: &'a PersistentVolume,
+    recipe: JobRecipe,
+    parameters: &'a BTreeMap<String, String>,
+    /// `REQUESTED_SIZE`: the PV's capacity, or the size to grow it to.
+    size: &'a str,
+    provisioner_name: &'a str,
+    attempt: u32,
+    ttl_seconds: i32,
+}
+
+fn volume_job(v: VolumeJob<'_>) -> Job {
+    let VolumeJob {
+        action,
+        pv,
+        recipe,
+        parameters,
+        size,
+        provisioner_name,
+        attempt,
+        ttl_seconds,
+    } = v;
     let volume = pv.metadata.name.clone().unwrap_or_default();
     let spec = pv.spec.clone().unwrap_or_default();
     let claim = spec.claim_ref.clone().unwrap_or_default();
-    let capacity = crate::volume::storage_capacity(&spec);
-    let bytes = crate::quantity::parse_bytes(&capacity)
+    let bytes = crate::quantity::parse_bytes(size)
         .map(|b| b.to_string())
         .unwrap_or_default();
-    let parameters = record.parameters.clone();
     let mut pv_json = pv.clone();
     pv_json.metadata.managed_fields = None;
     let env = vec![
-        ("ACTION", Action::Deprovision.as_str().to_owned()),
+        ("ACTION", action.as_str().to_owned()),
         ("PROVISIONER_NAME", provisioner_name.to_owned()),
         ("PV_NAME", volume.clone()),
         ("PVC_NAME", claim.name.clone().unwrap_or_default()),
@@ -247,11 +327,11 @@ pub fn deprovision_job(
             spec.access_modes.clone().unwrap_or_default().join(","),
         ),
         ("REQUESTED_BYTES", bytes),
-        ("REQUESTED_SIZE", capacity),
+        ("REQUESTED_SIZE", size.to_owned()),
         ("SELECTED_NODE", recipe.node.clone().unwrap_or_default()),
         (
             "PARAMETERS",
-            serde_json::to_string(&parameters).unwrap_or_default(),
+            serde_json::to_string(parameters).unwrap_or_default(),
         ),
         (
             "PV_JSON",
@@ -259,9 +339,14 @@ pub fn deprovision_job(
         ),
         ("TERMINATION_LOG", TERMINATION_MESSAGE_PATH.to_owned()),
     ];
+    // Provisioning Jobs are named per claim; deprovisioning per volume.
+    let subject = match action {
+        Action::Deprovision => volume.clone(),
+        _ => claim.uid.clone().unwrap_or_default(),
+    };
     let mut job = build(JobInput {
-        action: Action::Deprovision,
-        name: job_name(Action::Deprovision, &volume, attempt),
+        action,
+        name: job_name(action, &subject, attempt),
         attempt,
         claim_uid: claim.uid.clone().unwrap_or_default(),
         volume,
@@ -273,7 +358,7 @@ pub fn deprovision_job(
         storage_class: spec.storage_class_name.unwrap_or_default(),
         recipe,
         env,
-        parameters: &parameters,
+        parameters,
         ttl_seconds,
     });
     job.metadata

@@ -14,6 +14,8 @@ pub const LABEL_ACTION: &str = "flex-provisioner.io/action";
 pub const LABEL_CLAIM_UID: &str = "flex-provisioner.io/claim-uid";
 pub const LABEL_VOLUME: &str = "flex-provisioner.io/volume";
 pub const LABEL_ATTEMPT: &str = "flex-provisioner.io/attempt";
+/// On expansion Jobs: the size in bytes the Job grows the volume to.
+pub const LABEL_SIZE: &str = "flex-provisioner.io/size";
 
 pub const ANN_CLAIM: &str = "flex-provisioner.io/claim";
 pub const ANN_STORAGE_CLASS: &str = "flex-provisioner.io/storage-class";
@@ -80,6 +82,7 @@ pub const BUILTIN_ENV: &[&str] = &[
 pub enum Action {
     Provision,
     Deprovision,
+    Expand,
 }
 
 impl Action {
@@ -87,6 +90,7 @@ impl Action {
         match self {
             Action::Provision => "provision",
             Action::Deprovision => "deprovision",
+            Action::Expand => "expand",
         }
     }
 }

@@ -15,12 +15,15 @@ use crate::names::{ANN_DEPROVISION_SPEC, LABEL_MANAGED_BY, LABEL_RECORD, MANAGED
 const KEY_PV_NAME: &str = "pv-name";
 const KEY_PV_UID: &str = "pv-uid";
 const KEY_RECIPE: &str = "deprovision-spec";
+const KEY_EXPAND: &str = "expand-spec";
 const KEY_PARAMETERS: &str = "parameters";
 
 /// What a deprovision Job of one volume is made from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Record {
     pub recipe: JobRecipe,
+    /// How to grow the volume (`expand-*` keys, else the provisioning ones).
+    pub expand: Option<JobRecipe>,
     pub parameters: BTreeMap<String, String>,
 }
 
@@ -35,8 +38,16 @@ pub fn record_name(pv_uid: &str) -> String {
 pub fn build_record(
     pv: &PersistentVolume,
     recipe: &JobRecipe,
+    expand: Option<&JobRecipe>,
     parameters_json: &str,
 ) -> Option<ConfigMap> {
+    let mut data = BTreeMap::new();
+    if let Some(expand) = expand {
+        data.insert(
+            KEY_EXPAND.to_owned(),
+            serde_json::to_string(expand).unwrap_or_default(),
+        );
+    }
     let uid = pv.metadata.uid.clone()?;
     let name = pv.metadata.name.clone()?;
     Some(ConfigMap {
@@ -56,15 +67,18 @@ pub fn build_record(
             }]),
             ..Default::default()
         },
-        data: Some(BTreeMap::from([
-            (KEY_PV_NAME.to_owned(), name),
-            (KEY_PV_UID.to_owned(), uid),
-            (
-                KEY_RECIPE.to_owned(),
-                serde_json::to_string(recipe).unwrap_or_default(),
-            ),
-            (KEY_PARAMETERS.to_owned(), parameters_json.to_owned()),
-        ])),
+        data: Some({
+            data.extend([
+                (KEY_PV_NAME.to_owned(), name),
+                (KEY_PV_UID.to_owned(), uid),
+                (
+                    KEY_RECIPE.to_owned(),
+                    serde_json::to_string(recipe).unwrap_or_default(),
+                ),
+                (KEY_PARAMETERS.to_owned(), parameters_json.to_owned()),
+            ]);
+            data
+        }),
         ..Default::default()
     })
 }
@@ -105,7 +119,8 @@ pub fn record_from_job(
         && template.metadata.name == pv.metadata.name
         && claim_uid(&template).is_some()
         && claim_uid(&template) == claim_uid(pv))
-    .then(|| build_record(pv, &recipe, &parameters))
+    // The claim is gone: such a volume is never expanded.
+    .then(|| build_record(pv, &recipe, None, &parameters))
     .flatten()
 }
 
@@ -141,7 +156,17 @@ pub fn read_record(cm: &ConfigMap, pv: &PersistentVolume) -> Result<Record, Stri
         .get(KEY_PARAMETERS)
         .and_then(|p| serde_json::from_str(p).ok())
         .unwrap_or_default();
-    Ok(Record { recipe, parameters })
+    let expand = data
+        .get(KEY_EXPAND)
+        .map(|r| {
+            serde_json::from_str(r).map_err(|e| format!("its expansion recipe is not valid: {e}"))
+        })
+        .transpose()?;
+    Ok(Record {
+        recipe,
+        expand,
+        parameters,
+    })
 }
 
 #[cfg(test)]
@@ -165,7 +190,7 @@ mod tests {
 
     #[test]
     fn a_record_is_bound_to_its_volume_uid() {
-        let cm = build_record(&pv("u-1"), &recipe(), PARAMETERS).unwrap();
+        let cm = build_record(&pv("u-1"), &recipe(), Some(&recipe()), PARAMETERS).unwrap();
         assert_eq!(cm.metadata.name.as_deref(), Some("flex-record-u-1"));
         assert_eq!(cm.metadata.namespace.as_deref(), Some("cfg"));
         assert_eq!(cm.metadata.owner_references.as_ref().unwrap()[0].uid, "u-1");

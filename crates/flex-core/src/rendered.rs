@@ -31,6 +31,7 @@ pub struct Rendered {
     pub parameters: BTreeMap<String, String>,
     pub args: Option<Vec<String>>,
     pub deprovision_args: Option<Vec<String>>,
+    pub expand_args: Option<Vec<String>>,
 }
 
 impl Rendered {
@@ -86,6 +87,7 @@ pub fn render_for_claim(
         parameters,
         args: list("args", &p.args)?,
         deprovision_args: list("deprovision-args", &p.deprovision_args)?,
+        expand_args: list("expand-args", &p.expand_args)?,
     })
 }
 

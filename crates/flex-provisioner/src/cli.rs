@@ -182,8 +182,20 @@ pub struct RenderArgs {
     /// Seconds a finished Job is kept (ttlSecondsAfterFinished).
     #[arg(long, default_value_t = crate::job::DEFAULT_JOB_TTL_SECONDS)]
     pub job_ttl: i32,
+    /// Which Job: `provision` (the default) or `expand` (needs --size).
+    #[arg(long, value_enum, default_value_t = RenderAction::Provision)]
+    pub action: RenderAction,
+    /// With --action expand: the size the claim grows to (e.g. 2Gi).
+    #[arg(long, value_name = "SIZE", required_if_eq("action", "expand"))]
+    pub size: Option<String>,
     #[command(flatten)]
     pub common: Common,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RenderAction {
+    Provision,
+    Expand,
 }
 
 #[derive(Debug, Args)]

@@ -101,6 +101,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 provisioner_name: args.common.provisioner_name,
                 attempt: args.attempt,
                 ttl_seconds: args.job_ttl,
+                expand_to: (args.action == flex_provisioner::cli::RenderAction::Expand)
+                    .then_some(args.size)
+                    .flatten(),
             })
             .context("render failed")?;
             print!("{out}");

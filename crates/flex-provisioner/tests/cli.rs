@@ -51,6 +51,59 @@ fn render_prints_the_job_and_pv_template() {
 }
 
 #[test]
+fn render_shows_the_expansion_job_for_a_new_size() {
+    common::at_root();
+    let base = [
+        "render",
+        "--config",
+        "configmaps/nfs-subdir.yaml",
+        "--class",
+        "configmaps/nfs-subdir.yaml",
+        "--claim",
+        "testdata/fixtures/claim.yaml",
+        "--action",
+        "expand",
+    ];
+    let o = run(&[&base[..], &["--size", "20Gi"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let job: serde_json::Value = serde_yaml_ng::from_str(&stdout(&o)).unwrap();
+    assert!(
+        job["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("expand-"),
+        "{job}"
+    );
+    let env = job["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let var = |n: &str| {
+        env.iter()
+            .find(|e| e["name"] == n)
+            .map(|e| e["value"].clone())
+    };
+    assert_eq!(var("ACTION"), Some(serde_json::json!("expand")));
+    assert_eq!(var("REQUESTED_SIZE"), Some(serde_json::json!("20Gi")));
+    assert_eq!(
+        var("REQUESTED_BYTES"),
+        Some(serde_json::json!((20u64 << 30).to_string()))
+    );
+    assert!(var("PV_JSON").is_some());
+    // Without a size, and with one that does not grow the claim: one line saying why.
+    let o = run(&base);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--size"), "{}", stderr(&o));
+    let o = run(&[&base[..], &["--size", "1Mi"]].concat());
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("is not more than the claim's request"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
 fn render_explains_what_is_missing_in_one_line() {
     common::at_root();
     let o = run(&[

@@ -47,6 +47,7 @@ fn render_output_matches_the_committed_golden_files() {
             provisioner_name: class.provisioner.clone(),
             attempt: 1,
             ttl_seconds: 3600,
+            expand_to: None,
         })
         .unwrap_or_else(|e| panic!("{}: {e}", example.display()));
         let golden = Path::new("testdata/golden").join(example.file_name().unwrap());

@@ -63,6 +63,51 @@ async fn hostpath_provisions_binds_writes_and_removes_the_directory() {
     assert!(!dir.exists(), "the directory is gone");
 }
 
+/// The shipped hostpath class allows expansion; its image treats a directory (no quota) as
+/// grown, and the PV and claim end at the new size with the data in place.
+#[tokio::test]
+async fn hostpath_grows_a_bound_claim_from_1gi_to_2gi() {
+    common::at_root();
+    let (sb, _c) = with_examples(&["configmaps/hostpath.yaml"]).await;
+    let claim = claim_and_write(&sb, "data", "local-hostpath").await;
+    assert_eq!(claim.status.unwrap().capacity.unwrap()["storage"].0, "1Gi");
+    let pv_name = claim.spec.unwrap().volume_name.unwrap();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(sb.client().unwrap(), "default");
+    claims
+        .patch(
+            "data",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"spec": {"resources": {"requests": {"storage": "2Gi"}}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    wait_event(
+        &sb,
+        "data",
+        "VolumeResizeSuccessful",
+        "Resize volume succeeded",
+        60,
+    )
+    .await;
+    eventually(30, "the claim's status to show 2Gi", || async {
+        let s = claims.get("data").await.ok()?.status?;
+        (s.capacity?.get("storage")?.0 == "2Gi").then_some(())
+    })
+    .await;
+    let pv = Api::<PersistentVolume>::all(sb.client().unwrap())
+        .get(&pv_name)
+        .await
+        .unwrap();
+    assert_eq!(
+        pv.spec.as_ref().unwrap().capacity.as_ref().unwrap()["storage"].0,
+        "2Gi"
+    );
+    let written = std::fs::read_to_string(storage_dir(&sb, &pv).join("hello.txt")).unwrap();
+    assert!(written.starts_with("written by data-writer"), "{written}");
+}
+
 #[tokio::test]
 async fn hostpath_refuses_a_path_that_escapes_its_base() {
     common::at_root();

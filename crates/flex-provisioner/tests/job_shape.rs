@@ -388,6 +388,7 @@ fn deprovision_job_is_built_from_the_pv_records_alone() {
     let record_cm = flex_provisioner::record::build_record(
         &pv,
         &recipe,
+        None,
         &env(&provision, "PARAMETERS").unwrap(),
     )
     .unwrap();

@@ -6,6 +6,7 @@
 mod concurrency;
 mod configs;
 mod context;
+mod expansion;
 mod fan_out;
 mod orphans;
 mod readiness;

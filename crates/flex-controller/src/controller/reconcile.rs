@@ -187,7 +187,9 @@ pub async fn reconcile(
         Api::namespaced(ctx.client.clone(), &claim.namespace().unwrap_or_default());
     let claim_name = claim.name_any();
     Ok(match plan.step {
-        Step::Ignore | Step::WaitForNode => Action::await_change(),
+        // Provisioning has nothing to do: a bound claim may still need to grow.
+        Step::Ignore => super::expansion::reconcile_expansion(&claim, &ctx).await?,
+        Step::WaitForNode => Action::await_change(),
         // Only returned before the API server was asked, and it was asked above.
         Step::ConfirmPv => Action::requeue(Duration::from_secs(1)),
         // Triggers cover changes to the claim, class and ConfigMap; this is the safety net.

@@ -24,7 +24,10 @@ fn action_is(labels: &std::collections::BTreeMap<String, String>, action: &str) 
 
 /// The PV's deprovision record, from the API server (only read when a Job may be created):
 /// in the config namespaces alone, which only the controller and kube admins can write.
-async fn fetch_record(ctx: &Context, pv: &PersistentVolume) -> crate::Result<Option<ConfigMap>> {
+pub(super) async fn fetch_record(
+    ctx: &Context,
+    pv: &PersistentVolume,
+) -> crate::Result<Option<ConfigMap>> {
     let name = crate::record::record_name(pv.metadata.uid.as_deref().unwrap_or_default());
     for ns in &ctx.opts.config_namespaces {
         if let Some(cm) = Api::<ConfigMap>::namespaced(ctx.client.clone(), ns)
@@ -61,9 +64,12 @@ pub async fn reconcile_volume(
                 && j.labels().get(LABEL_CLAIM_UID) == Some(&claim_uid)
         })
         .collect();
-    let provisioning = provision_jobs
-        .iter()
-        .any(|j| outcome(j, &[]) == JobOutcome::Running);
+    // A provisioning or expansion pod still at work on the volume is waited for.
+    let provisioning = all_jobs.iter().any(|j| {
+        (action_is(j.labels(), "provision") || action_is(j.labels(), "expand"))
+            && j.labels().get(LABEL_CLAIM_UID) == Some(&claim_uid)
+            && outcome(j, &[]) == JobOutcome::Running
+    });
     let jobs: Vec<&Job> = all_jobs
         .iter()
         .map(AsRef::as_ref)

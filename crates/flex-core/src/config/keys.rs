@@ -50,6 +50,21 @@ pub const RESERVED_KEYS: &[(&str, &str, &str)] = &[
         "arguments of the deprovision container (templates)",
     ),
     (
+        "expand-image",
+        "`image`",
+        "image run when a bound claim grows (classes with allowVolumeExpansion)",
+    ),
+    (
+        "expand-command",
+        "`command`",
+        "command of the expansion container",
+    ),
+    (
+        "expand-args",
+        "`args`",
+        "arguments of the expansion container (templates, rendered when the volume is provisioned)",
+    ),
+    (
         "timeout",
         "`30m`",
         "how long one Job may run (`90s`, `10m`, `1h30m`), its activeDeadlineSeconds",

@@ -283,6 +283,9 @@ impl Parser {
             deprovision_image: None,
             deprovision_command: None,
             deprovision_args: None,
+            expand_image: None,
+            expand_command: None,
+            expand_args: None,
             timeout: DEFAULT_TIMEOUT,
             retries: DEFAULT_RETRIES,
             max_attempts: None,
@@ -336,6 +339,11 @@ impl Parser {
                 "deprovision-args" => {
                     c.deprovision_args = self.list(key, raw, true, &mut c.node_users)
                 }
+                "expand-image" => c.expand_image = self.value(key, raw, values::image),
+                "expand-command" => {
+                    c.expand_command = self.list(key, raw, false, &mut c.node_users)
+                }
+                "expand-args" => c.expand_args = self.list(key, raw, true, &mut c.node_users),
                 "timeout" => {
                     c.timeout = self
                         .value(key, raw, values::duration)

@@ -24,14 +24,14 @@ impl OptOut {
             return out;
         };
         for entry in raw.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-            let templated_list = matches!(entry, "args" | "deprovision-args");
+            let templated_list = matches!(entry, "args" | "deprovision-args" | "expand-args");
             if templated_list || (data.contains_key(entry) && !is_reserved(entry)) {
                 out.allowed.insert(entry.to_owned());
             } else {
                 problems.push(Problem::error(
                     Some(UNSANITISED_KEY),
                     format!("lists `{entry}`, which is not a parameter of this ConfigMap"),
-                    "list parameter keys (or `args`, `deprovision-args`) separated by commas, e.g. `directory,subdir`",
+                    "list parameter keys (or `args`, `deprovision-args`, `expand-args`) separated by commas, e.g. `directory,subdir`",
                 ));
             }
         }

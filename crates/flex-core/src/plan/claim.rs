@@ -390,8 +390,10 @@ pub fn plan_claim_with(
     };
     let template = pv_template(config, &request, i.node, i.provisioner_name);
     let deprovision = JobRecipe::deprovision(config, &rendered, i.node);
+    let expand = JobRecipe::expand(config, &rendered, i.node);
     let record_for = |pv: &PersistentVolume| {
-        crate::record::build_record(pv, &deprovision, &rendered.parameters_json()).map(Box::new)
+        crate::record::build_record(pv, &deprovision, Some(&expand), &rendered.parameters_json())
+            .map(Box::new)
     };
     let by_controller = config.provisioner.pv_creator == PvCreator::Controller;
     let latest = i.jobs.iter().copied().max_by_key(|j| attempt_of(j));

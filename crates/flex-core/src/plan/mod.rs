@@ -2,6 +2,7 @@
 //! notices users should see. The controller only gathers the inputs and carries out steps.
 
 pub mod claim;
+pub mod expand;
 pub mod orphan;
 pub mod retry;
 pub mod volume;
@@ -85,4 +86,8 @@ pub mod reasons {
     pub const VOLUME_FAILED_DELETE: &str = "VolumeFailedDelete";
     /// The controller lacks a permission, or an object it needs is missing.
     pub const CONTROLLER_BLOCKED: &str = "ProvisionerBlocked";
+    /// An expansion Job started (the external resizer's reason and wording).
+    pub const RESIZING: &str = "Resizing";
+    pub const RESIZE_SUCCESSFUL: &str = "VolumeResizeSuccessful";
+    pub const RESIZE_FAILED: &str = "VolumeResizeFailed";
 }

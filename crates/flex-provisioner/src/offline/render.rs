@@ -10,7 +10,7 @@ use super::files::read_one;
 use crate::Error;
 use crate::claim::{ClaimRequest, NodeInfo};
 use crate::config::{ClassConfig, ConfigErrors, StorageClassInfo, Verdict, parse_config_map};
-use crate::job::{ProvisionContext, provision_job};
+use crate::job::{JobRecipe, ProvisionContext, expand_job, provision_job};
 use crate::names::{ANN_SELECTED_NODE, fnv1a32};
 use crate::rendered::render_for_claim;
 use crate::volume::pv_template;
@@ -23,6 +23,8 @@ pub struct RenderInput {
     pub provisioner_name: String,
     pub attempt: u32,
     pub ttl_seconds: i32,
+    /// Render the expansion Job that grows the claim's volume to this size instead.
+    pub expand_to: Option<String>,
 }
 
 /// Reads the files and returns the YAML of the Job followed by the PV template.
@@ -35,6 +37,23 @@ pub fn render_files(input: &RenderInput) -> Result<String, Error> {
         .as_ref()
         .map(|p| read_one(p, "Node"))
         .transpose()?;
+    if let Some(size) = &input.expand_to {
+        let job = render_expansion(
+            &cm,
+            &sc,
+            pvc,
+            node.as_ref(),
+            &input.provisioner_name,
+            size,
+            input.attempt,
+            input.ttl_seconds,
+        )?;
+        let mut out = format!(
+            "# The Job flex-provisioner would create to grow the claim's volume to {size}\n---\n"
+        );
+        out.push_str(&to_yaml(&job)?);
+        return Ok(out);
+    }
     let (job, pv) = render_objects(
         &cm,
         &sc,
@@ -64,12 +83,91 @@ fn to_yaml<T: serde::Serialize>(value: &T) -> Result<String, Error> {
 pub fn render_objects(
     cm: &ConfigMap,
     sc: &StorageClass,
-    mut pvc: PersistentVolumeClaim,
+    pvc: PersistentVolumeClaim,
     node: Option<&Node>,
     provisioner_name: &str,
     attempt: u32,
     ttl_seconds: i32,
 ) -> Result<(Job, PersistentVolume), Error> {
+    let p = prepare(cm, sc, pvc, node, provisioner_name)?;
+    let job = provision_job(
+        ProvisionContext {
+            config: &p.config,
+            claim: &p.claim,
+            node: p.node.as_ref(),
+            rendered: &p.rendered,
+            pv_template: &p.pv,
+            provisioner_name,
+        },
+        attempt,
+        ttl_seconds,
+    );
+    Ok((job, p.pv))
+}
+
+/// The expansion Job for the claim's volume, grown to `size`: built, as the controller
+/// does, from the record written when the volume was provisioned; the volume here is the
+/// PV template (the real one also holds the image's volume source).
+#[allow(clippy::too_many_arguments)]
+pub fn render_expansion(
+    cm: &ConfigMap,
+    sc: &StorageClass,
+    pvc: PersistentVolumeClaim,
+    node: Option<&Node>,
+    provisioner_name: &str,
+    size: &str,
+    attempt: u32,
+    ttl_seconds: i32,
+) -> Result<Job, Error> {
+    let p = prepare(cm, sc, pvc, node, provisioner_name)?;
+    if sc.allow_volume_expansion != Some(true) {
+        return Err(Error::ConfigMismatch(format!(
+            "class `{}` does not set allowVolumeExpansion: true, so its claims cannot grow",
+            p.config.class.name
+        )));
+    }
+    let to =
+        crate::quantity::parse_bytes(size).map_err(|e| Error::ConfigMismatch(e.to_string()))?;
+    if to <= p.claim.bytes {
+        return Err(Error::ConfigMismatch(format!(
+            "--size {size} is not more than the claim's request {}",
+            p.claim.requested
+        )));
+    }
+    let record = crate::record::Record {
+        recipe: JobRecipe::deprovision(&p.config, &p.rendered, p.node.as_ref()),
+        expand: None,
+        parameters: p.rendered.parameters.clone(),
+    };
+    let recipe = JobRecipe::expand(&p.config, &p.rendered, p.node.as_ref());
+    Ok(expand_job(
+        &p.pv,
+        &recipe,
+        &record,
+        size,
+        provisioner_name,
+        attempt,
+        ttl_seconds,
+    ))
+}
+
+/// What both renderings start from: the checked configuration, the claim (with a stable
+/// uid when it has none) and its rendered parameters and PV template.
+struct Prepared {
+    config: ClassConfig,
+    claim: ClaimRequest,
+    node: Option<NodeInfo>,
+    rendered: crate::rendered::Rendered,
+    pv: PersistentVolume,
+}
+
+fn prepare(
+    cm: &ConfigMap,
+    sc: &StorageClass,
+    mut pvc: PersistentVolumeClaim,
+    node: Option<&Node>,
+    provisioner_name: &str,
+) -> Result<Prepared, Error> {
     let provisioner = match parse_config_map(cm, provisioner_name) {
         Verdict::Ignored { reason } => return Err(Error::ConfigIgnored(reason)),
         Verdict::Checked {
@@ -136,19 +234,13 @@ pub fn render_objects(
     }
     let rendered = render_for_claim(&config, &claim, node_info.as_ref(), provisioner_name)?;
     let pv = pv_template(&config, &claim, node_info.as_ref(), provisioner_name);
-    let job = provision_job(
-        ProvisionContext {
-            config: &config,
-            claim: &claim,
-            node: node_info.as_ref(),
-            rendered: &rendered,
-            pv_template: &pv,
-            provisioner_name,
-        },
-        attempt,
-        ttl_seconds,
-    );
-    Ok((job, pv))
+    Ok(Prepared {
+        config,
+        claim,
+        node: node_info,
+        rendered,
+        pv,
+    })
 }
 
 fn object_ref(namespace: Option<&str>, name: Option<&str>) -> String {

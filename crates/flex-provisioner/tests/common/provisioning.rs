@@ -50,6 +50,15 @@ fn images() -> Vec<(&'static str, String)> {
                 make_pv("volumes")
             ),
         ),
+        // Expansion fails twice with a message, then succeeds (pin its class to one node:
+        // the count is kept on the node).
+        (
+            "grow-flaky",
+            format!(
+                "if [ \"$ACTION\" = expand ]; then n=$(cat \"$SANDBOX_ROOT/grow-$PVC_UID\" 2>/dev/null || echo 0)\necho $((n+1)) > \"$SANDBOX_ROOT/grow-$PVC_UID\"\nif [ \"$n\" -lt 2 ]; then echo \"grow: pool busy (try $n)\" > \"$TERMINATION_LOG\"; exit 1; fi\nexit 0\nfi\n{}",
+                make_pv("volumes")
+            ),
+        ),
         ("perm", "echo \"perm: pool gold does not exist\" > \"$TERMINATION_LOG\"\nexit 2".into()),
         ("no-pv", "exit 0".into()),
         // Reports that the controller must refuse.

@@ -101,7 +101,7 @@ enum Expect {
 
 fn run(c: &Case<'_>, now: &str, provisioning: bool) -> VolumePlan {
     // The record the controller wrote for this PV when it verified it.
-    let record = crate::record::build_record(&c.pv, &recipe(), "{}");
+    let record = crate::record::build_record(&c.pv, &recipe(), None, "{}");
     plan_volume(&VolumeInputs {
         pv: &c.pv,
         record: record.as_ref(),
@@ -506,7 +506,7 @@ fn a_volume_without_its_record_is_kept_and_reported() {
     let released = pv("Delete", "Released", json!({}));
     // A decoy: every annotation of a real volume copied, but another uid.
     let real = pv("Delete", "Bound", json!({"metadata": {"uid": "real-uid"}}));
-    let theirs = crate::record::build_record(&real, &recipe(), "{}").unwrap();
+    let theirs = crate::record::build_record(&real, &recipe(), None, "{}").unwrap();
     for record in [None, Some(&theirs)] {
         let p = plan_volume(&VolumeInputs {
             pv: &released,

@@ -1,0 +1,330 @@
+//! Growing a bound volume of ours when its claim's request grows (classes with
+//! `allowVolumeExpansion`): an expansion Job built from the volume's record, then the PV's
+//! capacity and the claim's status written as Kubernetes' external resizer leaves them for a
+//! volume that needs no node-side step.
+
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use serde_json::{Value, json};
+
+use super::{Notice, reasons};
+use crate::job::{JobOutcome, attempt_of, expand_job, outcome, pod_failure, pods_of};
+use crate::names::{ANN_PROVISIONED_BY, LABEL_SIZE};
+use crate::quantity::parse_bytes;
+use crate::record::Record;
+
+/// `status.allocatedResourceStatuses[storage]` values, as the resizer writes them.
+pub const RESIZE_IN_PROGRESS: &str = "ControllerResizeInProgress";
+pub const RESIZE_INFEASIBLE: &str = "ControllerResizeInfeasible";
+/// Claim condition types the resizer manages.
+const CONDITION_RESIZING: &str = "Resizing";
+const CONDITION_ERROR: &str = "ControllerResizeError";
+const RESIZE_CONDITIONS: [&str; 3] = [
+    CONDITION_RESIZING,
+    CONDITION_ERROR,
+    "FileSystemResizePending",
+];
+/// How often a running expansion is looked at without a change.
+const RUNNING_RECHECK: Duration = Duration::from_secs(30);
+
+pub struct ExpandInputs<'a> {
+    pub claim: &'a PersistentVolumeClaim,
+    pub pv: Option<&'a PersistentVolume>,
+    pub provisioner_name: &'a str,
+    /// The claim's StorageClass has `allowVolumeExpansion: true`.
+    pub class_allows: bool,
+    /// The claim's expansion Jobs.
+    pub jobs: Vec<&'a Job>,
+    pub pods: Vec<&'a Pod>,
+    /// The volume's record, once read from the API server (`None`: not read yet).
+    pub record: Option<Result<Record, String>>,
+    pub retry_base: Duration,
+    pub ttl_seconds: i32,
+    pub now: jiff::Timestamp,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ExpandStep {
+    /// Nothing to grow.
+    Ignore,
+    /// A Job is due: read the volume's record from the API server, then plan again.
+    ReadRecord,
+    /// Mark the claim (a merge patch of its status) and start the Job.
+    Start { job: Box<Job>, status: Value },
+    /// A Job runs, or the next attempt is due after this long.
+    Wait(Duration),
+    /// The storage has grown: patch the PV (when it still shows less), then the claim status.
+    Finish {
+        pv_patch: Option<Value>,
+        status: Value,
+    },
+    /// A permanent failure: mark the claim; nothing is retried until its request changes.
+    Fail { status: Value },
+    /// Cannot be expanded as it stands (no usable record); told in the notices.
+    Blocked,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExpandPlan {
+    pub step: ExpandStep,
+    pub notices: Vec<Notice>,
+}
+
+fn plan(step: ExpandStep, notices: Vec<Notice>) -> ExpandPlan {
+    ExpandPlan { step, notices }
+}
+
+fn bytes_of(q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>) -> Option<u128> {
+    q.and_then(|q| parse_bytes(&q.0).ok())
+        .map(|b| u128::from(b.0))
+}
+
+/// The claim's status conditions without the resizer's, plus `extra`.
+fn conditions_with(claim: &PersistentVolumeClaim, extra: Option<Value>) -> Value {
+    let mut out: Vec<Value> = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|c| !RESIZE_CONDITIONS.contains(&c.type_.as_str()))
+        .filter_map(|c| serde_json::to_value(c).ok())
+        .collect();
+    out.extend(extra);
+    Value::Array(out)
+}
+
+fn condition(type_: &str, message: Option<&str>, now: jiff::Timestamp) -> Value {
+    let mut c = json!({"type": type_, "status": "True",
+        "lastTransitionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()});
+    if let Some(m) = message {
+        c["message"] = json!(m);
+    }
+    c
+}
+
+/// A merge patch of the claim's status carrying its resourceVersion, so that it applies to
+/// the claim as it was judged or fails with 409.
+fn status_patch(claim: &PersistentVolumeClaim, status: Value) -> Value {
+    json!({"metadata": {"resourceVersion": claim.metadata.resource_version}, "status": status})
+}
+
+/// `allocatedResourceStatuses` with the storage entry set to `value` (or removed).
+fn resource_statuses(claim: &PersistentVolumeClaim, value: Option<&str>) -> Value {
+    let others = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.allocated_resource_statuses.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(k, _)| k != "storage")
+        .count();
+    match value {
+        Some(v) => json!({"storage": v}),
+        None if others == 0 => Value::Null,
+        None => json!({"storage": null}),
+    }
+}
+
+pub fn plan_expand(i: ExpandInputs<'_>) -> ExpandPlan {
+    let ignore = || plan(ExpandStep::Ignore, vec![]);
+    let claim = i.claim;
+    let (Some(spec), Some(status)) = (claim.spec.as_ref(), claim.status.as_ref()) else {
+        return ignore();
+    };
+    let Some(pv) = i.pv else { return ignore() };
+    let pv_name = pv.metadata.name.clone().unwrap_or_default();
+    let ours = pv
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANN_PROVISIONED_BY))
+        .is_some_and(|p| p == i.provisioner_name);
+    let bound_to_it = status.phase.as_deref() == Some("Bound")
+        && spec.volume_name.as_deref() == Some(pv_name.as_str())
+        && pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.claim_ref.as_ref())
+            .and_then(|r| r.uid.as_deref())
+            == claim.metadata.uid.as_deref();
+    if !ours || !bound_to_it || claim.metadata.deletion_timestamp.is_some() || !i.class_allows {
+        return ignore();
+    }
+    let requested_q = spec
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"));
+    let (Some(requested), Some(current)) = (
+        bytes_of(requested_q),
+        bytes_of(status.capacity.as_ref().and_then(|c| c.get("storage"))),
+    ) else {
+        return ignore();
+    };
+    if requested <= current {
+        return ignore();
+    }
+    let size = requested_q.map(|q| q.0.clone()).unwrap_or_default();
+    let pv_capacity = bytes_of(
+        pv.spec
+            .as_ref()
+            .and_then(|s| s.capacity.as_ref())
+            .and_then(|c| c.get("storage")),
+    )
+    .unwrap_or(0);
+    let finish = |pv_patch: Option<Value>, notices: Vec<Notice>| {
+        let status = status_patch(
+            claim,
+            json!({"capacity": {"storage": size},
+                   "allocatedResourceStatuses": resource_statuses(claim, None),
+                   "conditions": conditions_with(claim, None)}),
+        );
+        plan(ExpandStep::Finish { pv_patch, status }, notices)
+    };
+    let success = Notice::normal(
+        format!("expanded/{requested}"),
+        reasons::RESIZE_SUCCESSFUL,
+        "Resize volume succeeded",
+    )
+    .action("Expand");
+    // Already as big (an earlier Job grew it; the claim's status was not written yet).
+    if pv_capacity >= requested {
+        return finish(None, vec![success]);
+    }
+    let latest = i.jobs.iter().copied().max_by_key(|j| attempt_of(j));
+    let sized = |j: &Job| {
+        j.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(LABEL_SIZE))
+            .and_then(|s| s.parse::<u128>().ok())
+    };
+    let mut notices = Vec::new();
+    let next_attempt = latest.map_or(1, |j| attempt_of(j) + 1);
+    if let Some(job) = latest {
+        // Each failed pod is told at once, with its own message (the Job's failure may be
+        // seen before its pod's message is).
+        for pod in pods_of(job, &i.pods) {
+            if let Some((code, message)) = pod_failure(pod) {
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                let text = if message.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {message}")
+                };
+                notices.push(
+                    Notice::warning(
+                        format!("expand-pod-failed/{}", pod.metadata.uid.clone().unwrap_or_default()),
+                        reasons::RESIZE_FAILED,
+                        format!("resize volume \"{pv_name}\": expansion pod {name} failed with exit code {code}{text}"),
+                    )
+                    .action("Expand")
+                    .about(pod),
+                );
+            }
+        }
+        let for_this_size = sized(job) == Some(requested);
+        match outcome(job, &i.pods) {
+            // One expansion at a time: a Job for another size is waited for too.
+            JobOutcome::Running => return plan(ExpandStep::Wait(RUNNING_RECHECK), notices),
+            JobOutcome::Succeeded if for_this_size => {
+                let pv_patch = json!({"metadata": {"resourceVersion": pv.metadata.resource_version},
+                                      "spec": {"capacity": {"storage": size}}});
+                return finish(Some(pv_patch), vec![success.about(job)]);
+            }
+            JobOutcome::Succeeded => {}
+            JobOutcome::Failed {
+                permanent,
+                message,
+                at,
+            } => {
+                let name = job.metadata.name.clone().unwrap_or_default();
+                let said = format!("resize volume \"{pv_name}\" failed: {message}");
+                notices.push(
+                    Notice::warning(
+                        format!("expand-failed/{name}"),
+                        reasons::RESIZE_FAILED,
+                        said.clone(),
+                    )
+                    .action("Expand")
+                    .about(job),
+                );
+                if for_this_size && permanent {
+                    let status = status_patch(
+                        claim,
+                        json!({"allocatedResourceStatuses": resource_statuses(claim, Some(RESIZE_INFEASIBLE)),
+                               "conditions": conditions_with(claim, Some(condition(CONDITION_ERROR,
+                                   Some(&format!("failed to expand pvc with {said}")), i.now)))}),
+                    );
+                    return plan(ExpandStep::Fail { status }, notices);
+                }
+                if for_this_size {
+                    let wait =
+                        super::retry::wait_remaining(attempt_of(job), i.retry_base, at, i.now);
+                    if !wait.is_zero() {
+                        return plan(ExpandStep::Wait(wait), notices);
+                    }
+                }
+            }
+        }
+    }
+    let record = match i.record {
+        None => return plan(ExpandStep::ReadRecord, notices),
+        Some(Err(why)) => Err(why),
+        Some(Ok(r)) => match r.expand.clone() {
+            Some(recipe) => Ok((r, recipe)),
+            None => Err("its record holds no expansion recipe".to_owned()),
+        },
+    };
+    let (record, recipe) = match record {
+        Ok(r) => r,
+        Err(why) => {
+            notices.push(
+                Notice::warning(
+                    format!("expand-blocked/{requested}"),
+                    reasons::RESIZE_FAILED,
+                    format!("cannot expand volume \"{pv_name}\": {why}; an admin can grow the storage by hand and set the PV's capacity"),
+                )
+                .action("Expand"),
+            );
+            return plan(ExpandStep::Blocked, notices);
+        }
+    };
+    let job = expand_job(
+        pv,
+        &recipe,
+        &record,
+        &size,
+        i.provisioner_name,
+        next_attempt,
+        i.ttl_seconds,
+    );
+    notices.push(
+        Notice::normal(
+            format!("resizing/{requested}/{next_attempt}"),
+            reasons::RESIZING,
+            format!("External resizer is resizing volume {pv_name}"),
+        )
+        .action("Expand")
+        .about(&job),
+    );
+    let status = status_patch(
+        claim,
+        json!({"allocatedResources": {"storage": size},
+               "allocatedResourceStatuses": resource_statuses(claim, Some(RESIZE_IN_PROGRESS)),
+               "conditions": conditions_with(claim, Some(condition(CONDITION_RESIZING, None, i.now)))}),
+    );
+    plan(
+        ExpandStep::Start {
+            job: Box::new(job),
+            status,
+        },
+        notices,
+    )
+}
+
+#[cfg(test)]
+mod tests;
