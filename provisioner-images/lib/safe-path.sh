@@ -245,3 +245,25 @@ archive_dir() {
         fail 1 "cannot archive $2"
     fi
 }
+
+# clone_from REAL_BASE SOURCE_PATH NODE_BASE DEST_REAL: for a clone (the Job has
+# SOURCE_PV_JSON), copies the contents of the source volume's directory SOURCE_PATH (its
+# path as the PV gives it, which must lie below NODE_BASE, the base as PVs name it) into
+# DEST_REAL, the new volume's directory. The source is found by walk_below under REAL_BASE,
+# so no link in it is followed; `cp -a` copies links inside it as links, never their
+# targets. Exit 2 when the source is elsewhere or gone, 1 when the copy fails.
+clone_from() {
+    _src=$2
+    no_control "source volume path" "$_src"
+    case "$_src" in
+        "$3"/*) ;;
+        *) fail 2 "the source volume's path $(printable "$_src") is not below $3, so it cannot be copied from here" ;;
+    esac
+    _rel=${_src#"$3"/}
+    check_relative_path "source volume path" "$_rel" "$3"
+    _dest=$4
+    walk_below "$1" "$_rel" find "$3"
+    [ -n "$WALKED" ] || fail 2 "the source volume's directory $_src is not here (another node, or gone)"
+    cp -a -- "$WALKED/." "$_dest/" || fail 1 "copying $_src into the new volume failed"
+    WALKED=$_dest
+}

@@ -12,7 +12,7 @@ pub mod leader;
 pub mod metrics;
 
 // The moved modules name these as `crate::…`.
-pub(crate) use flex_core::{claim, config, job, names, plan, record, rendered};
+pub(crate) use flex_core::{claim, config, job, names, plan, quantity, record, rendered, source};
 
 /// Errors of the controller. `category()` gives a bounded label for metrics and logs.
 #[derive(Debug, thiserror::Error)]

@@ -62,6 +62,7 @@ pub struct ClaimRequest {
     pub access_modes: Vec<String>,
     pub volume_mode: String,
     pub selected_node: Option<String>,
+    pub data_source: Option<DataSource>,
 }
 
 impl ClaimRequest {
@@ -87,18 +88,22 @@ impl ClaimRequest {
         if spec.selector.is_some() {
             return Err(ClaimError::Selector);
         }
-        if let Some(source) = spec
+        // The API server fills each from the other; dataSourceRef is the fuller one.
+        let data_source = spec
             .data_source_ref
             .as_ref()
-            .map(|r| (r.kind.clone(), r.name.clone()))
-            .or_else(|| {
-                spec.data_source
-                    .as_ref()
-                    .map(|r| (r.kind.clone(), r.name.clone()))
+            .map(|r| DataSource {
+                api_group: r.api_group.clone().filter(|g| !g.is_empty()),
+                kind: r.kind.clone(),
+                name: r.name.clone(),
             })
-        {
-            return Err(ClaimError::DataSource(format!("{} {}", source.0, source.1)));
-        }
+            .or_else(|| {
+                spec.data_source.as_ref().map(|r| DataSource {
+                    api_group: r.api_group.clone().filter(|g| !g.is_empty()),
+                    kind: r.kind.clone(),
+                    name: r.name.clone(),
+                })
+            });
         let requested = spec
             .resources
             .as_ref()
@@ -139,7 +144,32 @@ impl ClaimRequest {
             bytes,
             access_modes,
             volume_mode,
+            data_source,
         })
+    }
+}
+
+/// What a claim asks its volume to be filled from (`dataSourceRef`, else `dataSource`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataSource {
+    /// `None` for the core group.
+    pub api_group: Option<String>,
+    pub kind: String,
+    pub name: String,
+}
+
+impl DataSource {
+    /// How `data-sources` names this kind: `Kind` in the core group, else `group/Kind`.
+    pub fn kind_key(&self) -> String {
+        match &self.api_group {
+            Some(g) => format!("{g}/{}", self.kind),
+            None => self.kind.clone(),
+        }
+    }
+
+    /// Another claim of the same namespace: a clone.
+    pub fn is_claim(&self) -> bool {
+        self.api_group.is_none() && self.kind == "PersistentVolumeClaim"
     }
 }
 
@@ -228,14 +258,17 @@ mod tests {
                 json!({"storageClassName": "silver", "accessModes": ["ReadWriteOnce"], "selector": {"matchLabels": {"a": "b"}}, "resources": {"requests": {"storage": "1Gi"}}}),
                 ClaimError::Selector,
             ),
-            (
-                json!({"storageClassName": "silver", "accessModes": ["ReadWriteOnce"], "dataSource": {"kind": "VolumeSnapshot", "name": "snap", "apiGroup": "snapshot.storage.k8s.io"}, "resources": {"requests": {"storage": "1Gi"}}}),
-                ClaimError::DataSource("VolumeSnapshot snap".into()),
-            ),
         ];
         for (spec, expected) in cases {
             assert_eq!(ClaimRequest::from_claim(&pvc(spec)).unwrap_err(), expected);
         }
+        // A data source is read (whether the class may serve it is the planner's question).
+        let snap = ClaimRequest::from_claim(&pvc(json!({"storageClassName": "silver", "accessModes": ["ReadWriteOnce"], "dataSource": {"kind": "VolumeSnapshot", "name": "snap", "apiGroup": "snapshot.storage.k8s.io"}, "resources": {"requests": {"storage": "1Gi"}}}))).unwrap();
+        let source = snap.data_source.unwrap();
+        assert_eq!(source.kind_key(), "snapshot.storage.k8s.io/VolumeSnapshot");
+        assert!(!source.is_claim());
+        let clone = ClaimRequest::from_claim(&pvc(json!({"storageClassName": "silver", "accessModes": ["ReadWriteOnce"], "dataSourceRef": {"kind": "PersistentVolumeClaim", "name": "src", "apiGroup": ""}, "resources": {"requests": {"storage": "1Gi"}}}))).unwrap();
+        assert!(clone.data_source.unwrap().is_claim());
         let bad = ClaimRequest::from_claim(&pvc(json!({"storageClassName": "silver", "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1GB"}}}))).unwrap_err();
         assert!(bad.to_string().contains("unknown suffix `GB`"), "{bad}");
     }

@@ -126,6 +126,8 @@ pub struct ProvisionContext<'a> {
     pub rendered: &'a Rendered,
     pub pv_template: &'a PersistentVolume,
     pub provisioner_name: &'a str,
+    /// What the claim's data source resolved to (a clone's source volume, an object).
+    pub source: Option<&'a crate::source::SourceData>,
 }
 
 /// The provisioning Job for attempt `attempt` of a claim.
@@ -137,6 +139,7 @@ pub fn provision_job(cx: ProvisionContext<'_>, attempt: u32, ttl_seconds: i32) -
         rendered,
         pv_template,
         provisioner_name,
+        source,
     } = cx;
     let volume = pv_name(&claim.uid);
     let class = &config.class;
@@ -169,6 +172,10 @@ pub fn provision_job(cx: ProvisionContext<'_>, attempt: u32, ttl_seconds: i32) -
             config.provisioner.pv_creator.as_str().to_owned(),
         ),
     ];
+    let env: Vec<(&str, String)> = env
+        .into_iter()
+        .chain(source.map(|s| s.env()).unwrap_or_default())
+        .collect();
     // What deprovisions the volume, kept on the Job (written only by the controller, in the
     // config namespace) for a PV whose claim is deleted before the controller verified it.
     let deprovision = JobRecipe::deprovision(config, rendered, node);
@@ -189,6 +196,9 @@ pub fn provision_job(cx: ProvisionContext<'_>, attempt: u32, ttl_seconds: i32) -
         .metadata
         .annotations
         .get_or_insert_with(Default::default);
+    if let Some((key, value)) = source.and_then(|s| s.annotation()) {
+        annotations.insert(key.to_owned(), value);
+    }
     annotations.insert(
         crate::names::ANN_DEPROVISION_SPEC.to_owned(),
         serde_json::to_string(&deprovision).unwrap_or_default(),

@@ -16,6 +16,7 @@ pub mod names;
 pub mod plan;
 pub mod record;
 pub mod rendered;
+pub mod source;
 pub mod template;
 pub mod volume;
 

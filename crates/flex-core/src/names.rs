@@ -27,6 +27,8 @@ pub const ANN_PARAMETERS: &str = "flex-provisioner.io/parameters";
 /// Everything else a deprovision Job needs (command, args, placement, pod-template...), so
 /// that deprovisioning never depends on the ConfigMap still existing unchanged.
 pub const ANN_DEPROVISION_SPEC: &str = "flex-provisioner.io/deprovision-spec";
+/// On a clone's provisioning Job: the source volume, kept from deprovisioning while it runs.
+pub const ANN_SOURCE_VOLUME: &str = "flex-provisioner.io/source-volume";
 /// On a `pv-creator: controller` provisioning Job: the volume source types its report may name.
 pub const ANN_VOLUME_SOURCES: &str = "flex-provisioner.io/volume-sources";
 pub const FINALIZER_DEPROVISION: &str = "flex-provisioner.io/deprovision";
@@ -74,6 +76,9 @@ pub const BUILTIN_ENV: &[&str] = &[
     "PV_JSON",
     "TERMINATION_LOG",
     "PV_CREATOR",
+    "SOURCE_PV_JSON",
+    "SOURCE_PARAMETERS",
+    "DATA_SOURCE_JSON",
     "KUBECONFIG",
 ];
 

@@ -166,6 +166,7 @@ fn claim() -> impl Strategy<Value = ClaimRequest> {
                 access_modes: vec!["ReadWriteOnce".into()],
                 volume_mode: "Filesystem".into(),
                 selected_node: Some("node-1".into()),
+                data_source: None,
             },
         )
 }

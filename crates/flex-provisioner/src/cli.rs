@@ -139,6 +139,23 @@ pub enum VolumeCommand {
     /// work as given (bad JSON, a PV of another claim), 1 on transient errors. The reason is
     /// also written to $TERMINATION_LOG.
     Create(VolumeCreateArgs),
+    /// Print one field of a clone's source volume (SOURCE_PV_JSON): its path, nfs server or
+    /// node. Exits 2 (with the reason in $TERMINATION_LOG) when the volume has no such field.
+    Source(VolumeSourceArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct VolumeSourceArgs {
+    #[arg(long, value_enum)]
+    pub field: crate::volume_source::SourceField,
+    /// The source volume (default: the SOURCE_PV_JSON environment variable).
+    #[arg(
+        long,
+        env = "SOURCE_PV_JSON",
+        value_name = "JSON",
+        hide_env_values = true
+    )]
+    pub volume: String,
 }
 
 #[derive(Debug, Args)]

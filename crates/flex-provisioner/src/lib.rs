@@ -11,6 +11,7 @@ pub mod offline;
 #[cfg(feature = "sandbox")]
 pub mod sandbox_cmd;
 pub mod volume_create;
+pub mod volume_source;
 
 pub use flex_controller::{controller, http, leader, metrics};
 pub use flex_core::{

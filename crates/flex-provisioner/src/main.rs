@@ -87,6 +87,23 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             })?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Volume(VolumeCommand::Source(args)) => {
+            match flex_provisioner::volume_source::field(&args.volume, args.field) {
+                Ok(value) => {
+                    println!("{value}");
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(why) => {
+                    let message = format!("volume source: {why}");
+                    eprintln!("{message}");
+                    let termination_log = std::env::var("TERMINATION_LOG").unwrap_or_else(|_| {
+                        flex_provisioner::names::TERMINATION_MESSAGE_PATH.to_owned()
+                    });
+                    let _ = std::fs::write(&termination_log, &message);
+                    Ok(ExitCode::from(2))
+                }
+            }
+        }
         Command::Volume(VolumeCommand::Create(args)) => {
             let runtime =
                 tokio::runtime::Runtime::new().context("cannot start the async runtime")?;

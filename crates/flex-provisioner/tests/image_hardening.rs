@@ -547,7 +547,11 @@ printf '%s %s\n' "$name" "$*" >> "$SANDBOX_ROOT/calls"
 case $name in
     vgs) case " $* " in *" vg-k8s "*) ;; *) exit 5 ;; esac
          case "$*" in *vg_free*) echo "  4096.00" ;; esac ;;
-    lvs) [ "$ACTION" = deprovision ] || exit 5 ;;
+    lvs) case "$*" in
+             *pvc-5a5a*) ;;
+             *lv_size*) [ "$ACTION" = expand ] || exit 5; echo "  1024.00" ;;
+             *) [ "$ACTION" = deprovision ] || [ "$ACTION" = expand ] || exit 5 ;;
+         esac ;;
     kubectl) cat > "$SANDBOX_ROOT/pv.json" ;;
 esac
 exit 0
@@ -560,6 +564,10 @@ exit 0
         "mkfs.ext4",
         "mkfs.xfs",
         "kubectl",
+        "lvextend",
+        "dd",
+        "e2fsck",
+        "resize2fs",
     ] {
         let p = dir.0.join(tool);
         std::fs::write(&p, script).unwrap();
@@ -689,6 +697,91 @@ async fn lvm_kubectl_refuses_newline_joined_and_odd_values_before_any_lvm_comman
         r.code, 3,
         "a missing volume group keeps its own code: {r:?}"
     );
+}
+
+/// lvm-kubectl grows a volume with `lvextend --resizefs` and clones one with a block copy
+/// of the source logical volume, then grows the copy's filesystem.
+#[tokio::test]
+async fn lvm_kubectl_expands_and_clones() {
+    let tools = fake_lvm();
+    let sb = sandbox_with(|mut o| {
+        o.extra_path.insert(0, tools.0.clone());
+        o
+    })
+    .await;
+    let calls = sb.node_root(NODE).join("calls");
+    let r = run_image(
+        &sb,
+        "grow",
+        "lvm-kubectl",
+        &with(lvm_env("expand"), "REQUESTED_BYTES", "2147483648"),
+        false,
+    )
+    .await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let log = std::fs::read_to_string(&calls).unwrap();
+    assert!(
+        log.contains(&format!(
+            "lvextend --yes --resizefs --size 2048m vg-k8s/{PV}\n"
+        )),
+        "{log}"
+    );
+    let r = run_image(
+        &sb,
+        "grow-bad",
+        "lvm-kubectl",
+        &with(lvm_env("expand"), "REQUESTED_BYTES", "2Gi"),
+        false,
+    )
+    .await;
+    assert_eq!(r.code, 2, "{r:?}");
+    std::fs::remove_file(&calls).unwrap();
+    let source = json!({"metadata": {"name": "pvc-5a5a"}, "spec": {"local": {"path": "/dev/vg-k8s/pvc-5a5a", "fsType": "ext4"},
+        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": [NODE]}]}]}}}})
+    .to_string();
+    let r = run_image(
+        &sb,
+        "clone",
+        "lvm-kubectl",
+        &with(lvm_env("provision"), "SOURCE_PV_JSON", &source),
+        false,
+    )
+    .await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let log = std::fs::read_to_string(&calls).unwrap();
+    assert!(
+        log.contains(&format!(
+            "dd if=/dev/vg-k8s/pvc-5a5a of=/dev/vg-k8s/{PV} bs=4M conv=fsync status=none\n"
+        )),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("resize2fs /dev/vg-k8s/{PV}\n")),
+        "{log}"
+    );
+    assert!(
+        !log.contains("mkfs"),
+        "a clone keeps the source's filesystem: {log}"
+    );
+    // A source that is not one of this image's logical volumes is refused before any copy.
+    std::fs::remove_file(&calls).unwrap();
+    let elsewhere = source.replace("/dev/vg-k8s/pvc-5a5a", "/dev/sda1");
+    let r = run_image(
+        &sb,
+        "clone-bad",
+        "lvm-kubectl",
+        &with(lvm_env("provision"), "SOURCE_PV_JSON", &elsewhere),
+        false,
+    )
+    .await;
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.message.contains("not a logical volume this image made"),
+        "{r:?}"
+    );
+    let log = std::fs::read_to_string(&calls).unwrap_or_default();
+    assert!(!log.contains("dd "), "{log}");
 }
 
 #[test]

@@ -163,3 +163,59 @@ async fn nfs_subdir_provisions_binds_writes_and_archives() {
         archived.display()
     );
 }
+
+/// A clone of the nfs-subdir claim (dataSourceRef to it) binds to a volume holding a copy
+/// of the source's file; the clone's Job had the source volume and its parameters.
+#[tokio::test]
+async fn nfs_subdir_clones_a_claim_with_its_data() {
+    common::at_root();
+    let (sb, _c) = with_examples(&["configmaps/nfs-subdir.yaml"]).await;
+    claim_and_write(&sb, "data", "nfs-shared").await;
+    let mut copy = common::provisioning::claim_object("copy", "nfs-shared");
+    copy.spec.as_mut().unwrap().data_source_ref = Some(
+        serde_json::from_value(json!({"kind": "PersistentVolumeClaim", "name": "data"})).unwrap(),
+    );
+    Api::<PersistentVolumeClaim>::namespaced(sb.client().unwrap(), "default")
+        .create(&Default::default(), &copy)
+        .await
+        .unwrap();
+    let copy = bound(&sb, "copy", 60).await;
+    let pv_name = copy.spec.unwrap().volume_name.unwrap();
+    let export = sb.work_dir.join("nfs/nfs.storage.example.com/exports/k8s");
+    let copied = export.join(format!("shared/default-copy-{pv_name}/hello.txt"));
+    let text =
+        std::fs::read_to_string(&copied).unwrap_or_else(|e| panic!("{}: {e}", copied.display()));
+    assert!(text.starts_with("written by data-writer"), "{text}");
+    let job = common::provisioning::jobs_of(&sb, "provision")
+        .await
+        .into_iter()
+        .find(|j| {
+            j.metadata.labels.as_ref().unwrap()["flex-provisioner.io/claim-uid"]
+                == copy.metadata.uid.clone().unwrap()
+        })
+        .unwrap();
+    let env = job.spec.unwrap().template.spec.unwrap().containers[0]
+        .env
+        .clone()
+        .unwrap();
+    let var = |n: &str| {
+        env.iter()
+            .find(|e| e.name == n)
+            .and_then(|e| e.value.clone())
+    };
+    let source: serde_json::Value = serde_json::from_str(&var("SOURCE_PV_JSON").unwrap()).unwrap();
+    assert_eq!(source["spec"]["claimRef"]["name"], "data");
+    let parameters: serde_json::Value =
+        serde_json::from_str(&var("SOURCE_PARAMETERS").unwrap()).unwrap();
+    assert!(
+        parameters["subdir"]
+            .as_str()
+            .unwrap()
+            .contains("default-data-"),
+        "{parameters}"
+    );
+    assert_eq!(
+        job.metadata.annotations.unwrap()["flex-provisioner.io/source-volume"],
+        source["metadata"]["name"].as_str().unwrap()
+    );
+}

@@ -13,6 +13,7 @@ mod readiness;
 mod reconcile;
 mod retry;
 mod seen;
+mod sources;
 mod volumes;
 
 use std::sync::Arc;

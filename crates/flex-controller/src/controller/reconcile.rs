@@ -37,6 +37,9 @@ fn is_provision(job: &Job) -> bool {
 
 /// How often a claim that waits for a change is looked at anyway.
 const RECHECK_BLOCKED: Duration = Duration::from_secs(60);
+/// How often a claim whose data source is not usable yet is looked at: its source claim
+/// binding (or an admin's grant) does not trigger it.
+const RECHECK_SOURCE: Duration = Duration::from_secs(5);
 
 pub async fn reconcile(
     claim: Arc<PersistentVolumeClaim>,
@@ -143,6 +146,18 @@ pub async fn reconcile(
         Resolved::Ready(c) => ConfigState::Ready(c),
         Resolved::Unusable(p) => ConfigState::Unusable(p),
     };
+    // A pending claim's data source of a kind its class lists, resolved for its Job (the
+    // record of a clone's source is read from the API server until the Job exists).
+    let pending = claim.spec.as_ref().is_some_and(|s| s.volume_name.is_none());
+    let source = match (&resolved, &request) {
+        (Resolved::Ready(c), Ok(req)) if ours && pending => match &req.data_source {
+            Some(ds) if c.provisioner.data_sources.contains(&ds.kind_key()) => {
+                Some(super::sources::resolve(&ctx, req, ds).await?)
+            }
+            _ => None,
+        },
+        _ => None,
+    };
     let plan_with = |pv: Option<&PersistentVolume>, pv_absence_confirmed: bool| {
         let inputs = ClaimInputs {
             claim: &claim,
@@ -157,6 +172,7 @@ pub async fn reconcile(
             inputs_hash: &hash,
             retry_base: opts.retry_base,
             now: jiff::Timestamp::now(),
+            source: source.as_ref(),
         };
         plan_claim_with(&inputs, rendered.clone())
     };
@@ -194,6 +210,7 @@ pub async fn reconcile(
         Step::ConfirmPv => Action::requeue(Duration::from_secs(1)),
         // Triggers cover changes to the claim, class and ConfigMap; this is the safety net.
         Step::Blocked => Action::requeue(RECHECK_BLOCKED),
+        Step::AwaitSource => Action::requeue(RECHECK_SOURCE),
         Step::Throttled => Action::requeue(Duration::from_secs(5)),
         Step::AwaitPvRemoval | Step::AwaitReport => Action::requeue(Duration::from_secs(1)),
         Step::CreatePv { pv } => {
@@ -274,6 +291,7 @@ pub async fn reconcile(
                     rendered: &rendered,
                     pv_template: &template,
                     provisioner_name: &opts.provisioner_name,
+                    source: source.as_ref(),
                 },
                 attempt,
                 opts.job_ttl_seconds,

@@ -64,11 +64,14 @@ pub async fn reconcile_volume(
                 && j.labels().get(LABEL_CLAIM_UID) == Some(&claim_uid)
         })
         .collect();
-    // A provisioning or expansion pod still at work on the volume is waited for.
+    // A provisioning or expansion pod still at work on the volume is waited for, and so is
+    // a clone's provisioning pod still copying from it.
     let provisioning = all_jobs.iter().any(|j| {
-        (action_is(j.labels(), "provision") || action_is(j.labels(), "expand"))
-            && j.labels().get(LABEL_CLAIM_UID) == Some(&claim_uid)
-            && outcome(j, &[]) == JobOutcome::Running
+        let on_it = (action_is(j.labels(), "provision") || action_is(j.labels(), "expand"))
+            && j.labels().get(LABEL_CLAIM_UID) == Some(&claim_uid);
+        let copying = action_is(j.labels(), "provision")
+            && j.annotations().get(crate::names::ANN_SOURCE_VOLUME) == Some(&name);
+        (on_it || copying) && outcome(j, &[]) == JobOutcome::Running
     });
     let jobs: Vec<&Job> = all_jobs
         .iter()

@@ -110,6 +110,11 @@ pub const RESERVED_KEYS: &[(&str, &str, &str)] = &[
         "who creates the PV: `controller` (the image reports its volume source in its termination message; the controller validates it and creates the PV; the pod gets no API token) or `image` (the image creates the PV with its service account, limited by deploy/'s admission policy)",
     ),
     (
+        "data-sources",
+        "none",
+        "comma-separated kinds a claim's dataSource/dataSourceRef may name, e.g. `PersistentVolumeClaim` (a clone: the Job gets the source volume and its parameters) or `group/Kind` of an admin's own objects (the Job gets the object as JSON)",
+    ),
+    (
         "volume-sources",
         "every type but `hostPath`, `local`, `flexVolume`",
         "comma-separated volume source types a PV of this class may have (`nfs`, `iscsi`, `csi`, `local`, `hostPath`...); a report or PV with another type is refused; the node types must be listed by name",
@@ -162,6 +167,8 @@ const ALIASES: &[(&str, &str)] = &[
     ("volumesource", "volume-sources"),
     ("sources", "volume-sources"),
     ("allowedsources", "volume-sources"),
+    ("datasource", "data-sources"),
+    ("clonesources", "data-sources"),
 ];
 
 fn normalize(key: &str) -> String {

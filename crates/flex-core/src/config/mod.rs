@@ -81,6 +81,9 @@ pub struct ProvisionerConfig {
     pub pv_creator: PvCreator,
     /// The volume source types a PV of this class may have (`volume-sources`).
     pub volume_sources: BTreeSet<String>,
+    /// The data source kinds a claim may name (`data-sources`): `Kind` for the core group
+    /// (`PersistentVolumeClaim`), `group/Kind` otherwise.
+    pub data_sources: BTreeSet<String>,
     pub parameters: BTreeMap<String, Parameter>,
     /// Keys whose templates read `node.*`, which only WaitForFirstConsumer classes have.
     pub node_users: Vec<String>,

@@ -296,6 +296,7 @@ impl Parser {
             max_concurrent: None,
             pv_creator: PvCreator::default(),
             volume_sources: sources::default_sources(),
+            data_sources: BTreeSet::new(),
             parameters: BTreeMap::new(),
             node_users: Vec::new(),
         };
@@ -375,6 +376,11 @@ impl Parser {
                     c.pv_creator = self
                         .value(key, raw, sources::pv_creator)
                         .unwrap_or_default()
+                }
+                "data-sources" => {
+                    if let Some(s) = self.value(key, raw, sources::data_sources) {
+                        c.data_sources = s;
+                    }
                 }
                 "volume-sources" => {
                     if let Some(s) = self.value(key, raw, sources::volume_sources) {

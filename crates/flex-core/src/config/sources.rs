@@ -75,19 +75,23 @@ pub fn default_sources() -> BTreeSet<String> {
         .collect()
 }
 
-/// `volume-sources: "local,hostPath"` (a YAML list such as `[local, hostPath]` also reads).
-pub fn volume_sources(text: &str) -> Result<BTreeSet<String>, String> {
+/// The entries of `a, b` or `[a, "b"]`, trimmed, empty ones left out.
+fn items(text: &str) -> impl Iterator<Item = &str> {
     let inner = text.trim();
     let inner = inner
         .strip_prefix('[')
         .and_then(|s| s.strip_suffix(']'))
         .unwrap_or(inner);
+    inner
+        .split(',')
+        .map(|part| part.trim().trim_matches(|c| c == '"' || c == '\''))
+        .filter(|part| !part.is_empty())
+}
+
+/// `volume-sources: "local,hostPath"` (a YAML list such as `[local, hostPath]` also reads).
+pub fn volume_sources(text: &str) -> Result<BTreeSet<String>, String> {
     let mut out = BTreeSet::new();
-    for part in inner.split(',') {
-        let part = part.trim().trim_matches(|c| c == '"' || c == '\'');
-        if part.is_empty() {
-            continue;
-        }
+    for part in items(text) {
         match PV_SOURCE_TYPES
             .iter()
             .find(|t| t.eq_ignore_ascii_case(part))
@@ -105,6 +109,32 @@ pub fn volume_sources(text: &str) -> Result<BTreeSet<String>, String> {
     }
     if out.is_empty() {
         return Err("lists no volume source type".into());
+    }
+    Ok(out)
+}
+
+/// `data-sources: "PersistentVolumeClaim, backup.example.com/Restore"`: kinds a claim's data
+/// source may name, `Kind` in the core group or `group/Kind`.
+pub fn data_sources(text: &str) -> Result<BTreeSet<String>, String> {
+    let mut out = BTreeSet::new();
+    for part in items(text) {
+        let (group, kind) = part.rsplit_once('/').unwrap_or(("", part));
+        let kind_ok = kind.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+            && kind.chars().all(|c| c.is_ascii_alphanumeric());
+        let group_ok = group.split('.').all(|l| {
+            !l.is_empty()
+                && l.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        }) || group.is_empty();
+        if !kind_ok || !group_ok || (part.contains('/') && group.is_empty()) {
+            return Err(format!(
+                "`{part}` is not a kind: write `PersistentVolumeClaim` for the core group, or `group/Kind` such as `backup.example.com/Restore`"
+            ));
+        }
+        out.insert(part.to_owned());
+    }
+    if out.is_empty() {
+        return Err("lists no kind".into());
     }
     Ok(out)
 }
@@ -165,6 +195,24 @@ pub fn check_report(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn data_source_kinds() {
+        let kinds =
+            data_sources("[PersistentVolumeClaim, \"backup.example.com/Restore\"]").unwrap();
+        assert!(kinds.contains("PersistentVolumeClaim"));
+        assert!(kinds.contains("backup.example.com/Restore"));
+        for bad in [
+            "persistentvolumeclaim",
+            "/Restore",
+            "Backup.Example/Restore",
+            "a b",
+            "",
+            "x/",
+        ] {
+            assert!(data_sources(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn creators() {

@@ -55,6 +55,8 @@ pub struct ClaimInputs<'a> {
     pub inputs_hash: &'a str,
     pub retry_base: Duration,
     pub now: jiff::Timestamp,
+    /// What the claim's data source resolved to, when it has one the class lists.
+    pub source: Option<&'a crate::source::SourceData>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -65,6 +67,10 @@ pub enum Step {
     WaitForNode,
     /// Nothing can happen until the claim or the configuration changes.
     Blocked,
+    /// The claim's data source cannot be used yet (a source claim not bound, an object the
+    /// controller may not read): nothing about this claim will change when it can, so it is
+    /// looked at again soon.
+    AwaitSource,
     /// Give up for good on these inputs (recorded on the claim).
     GiveUp,
     /// Create the Job for this attempt.
@@ -423,7 +429,40 @@ pub fn plan_claim_with(
         .provisioner
         .max_concurrent
         .is_some_and(|max| i.active_jobs_of_class >= max as usize);
-    let start = |attempt: u32, notices: Vec<Notice>| {
+    // A data source the class does not list is refused as before data sources existed;
+    // one it lists must have resolved (a clone's source bound to a volume of ours...).
+    let source_problem = request.data_source.as_ref().and_then(|ds| {
+        let kind = ds.kind_key();
+        if !config.provisioner.data_sources.contains(&kind) {
+            return Some((Step::Blocked, format!(
+                "cannot provision this claim: {}; the class's ConfigMap lists no `{kind}` in data-sources",
+                crate::claim::ClaimError::DataSource(format!("{} {}", ds.kind, ds.name))
+            )));
+        }
+        let wait = |why: &str| {
+            Some((
+                Step::AwaitSource,
+                format!("cannot provision this claim from {} {} yet: {why}", ds.kind, ds.name),
+            ))
+        };
+        match i.source {
+            Some(crate::source::SourceData::Unusable(why)) => wait(why),
+            Some(_) => None,
+            None => wait("it has not been read"),
+        }
+    });
+    let start = |attempt: u32, mut notices: Vec<Notice>| {
+        if let Some((step, problem)) = &source_problem {
+            notices.push(
+                Notice::warning(
+                    format!("source/{}", short_hash(problem)),
+                    reasons::FAILED,
+                    problem.clone(),
+                )
+                .action("Validate"),
+            );
+            return plan(step.clone(), notices);
+        }
         if throttled {
             return plan(Step::Throttled, notices);
         }

@@ -23,6 +23,7 @@ fn claim() -> ClaimRequest {
         access_modes: vec!["ReadWriteOnce".into(), "ReadOnlyMany".into()],
         volume_mode: "Filesystem".into(),
         selected_node: Some("node-1".into()),
+        data_source: None,
     }
 }
 

@@ -98,6 +98,7 @@ pub fn render_objects(
             rendered: &p.rendered,
             pv_template: &p.pv,
             provisioner_name,
+            source: None,
         },
         attempt,
         ttl_seconds,

@@ -161,6 +161,7 @@ pub fn produce(
             rendered: &rendered,
             pv_template: &pv,
             provisioner_name: P,
+            source: None,
         },
         attempt,
         DEFAULT_JOB_TTL_SECONDS,

@@ -102,6 +102,7 @@ struct Case<'a> {
     active: usize,
     hash: &'a str,
     now: &'a str,
+    source: Option<crate::source::SourceData>,
 }
 
 fn case(config: &ClassConfig) -> Case<'_> {
@@ -115,6 +116,7 @@ fn case(config: &ClassConfig) -> Case<'_> {
         active: 0,
         hash: "h1",
         now: "2026-01-01T00:00:05Z",
+        source: None,
     }
 }
 
@@ -132,6 +134,7 @@ fn run(c: &Case<'_>) -> Plan {
         inputs_hash: c.hash,
         retry_base: Duration::from_secs(10),
         now: c.now.parse().unwrap(),
+        source: c.source.as_ref(),
     })
 }
 
@@ -757,4 +760,48 @@ fn a_pv_is_verified_against_the_allowed_sources_and_the_report() {
         run(&with(ours, vec![reported])).step,
         Step::Provisioned { .. }
     ));
+}
+
+#[test]
+fn a_data_source_needs_the_class_to_list_its_kind_and_to_resolve() {
+    let with_source = |_: Value| {
+        claim(
+            json!({"spec": {"dataSourceRef": {"apiGroup": "", "kind": "PersistentVolumeClaim", "name": "src"}}}),
+        )
+    };
+    let plain = config(json!({}), "Immediate");
+    let mut c = case(&plain);
+    c.claim = with_source(json!({}));
+    let p = run(&c);
+    assert_eq!(p.step, Step::Blocked);
+    assert!(
+        p.notices[0]
+            .message
+            .contains("lists no `PersistentVolumeClaim` in data-sources"),
+        "{}",
+        p.notices[0].message
+    );
+    let clones = config(
+        json!({"data-sources": "PersistentVolumeClaim"}),
+        "Immediate",
+    );
+    let mut c = case(&clones);
+    c.claim = with_source(json!({}));
+    c.source = Some(crate::source::SourceData::Unusable(
+        "the source claim default/src is not bound yet".into(),
+    ));
+    let p = run(&c);
+    assert_eq!(p.step, Step::AwaitSource);
+    assert!(
+        p.notices[0].message.contains("is not bound yet"),
+        "{}",
+        p.notices[0].message
+    );
+    let source_pv: PersistentVolume =
+        serde_json::from_value(json!({"metadata": {"name": "pvc-src"}})).unwrap();
+    c.source = Some(crate::source::SourceData::Volume {
+        pv: Box::new(source_pv),
+        parameters: BTreeMap::new(),
+    });
+    assert_eq!(starts(&run(&c)), Some(1));
 }

@@ -1,0 +1,179 @@
+//! End to end on the sandbox: which data sources a class serves, and what its Job gets.
+
+mod common;
+
+use common::provisioning::*;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::api::{Api, PostParams};
+use serde_json::json;
+
+async fn claim_from(
+    sb: &flex_provisioner::sandbox::Sandbox,
+    name: &str,
+    class: &str,
+    source: serde_json::Value,
+) {
+    let mut c = claim_object(name, class);
+    c.spec.as_mut().unwrap().data_source_ref = Some(serde_json::from_value(source).unwrap());
+    Api::<PersistentVolumeClaim>::namespaced(sb.client().unwrap(), "default")
+        .create(&PostParams::default(), &c)
+        .await
+        .unwrap();
+}
+
+fn env(job: &Job, name: &str) -> Option<String> {
+    job.spec.as_ref()?.template.spec.as_ref()?.containers[0]
+        .env
+        .as_ref()?
+        .iter()
+        .find(|e| e.name == name)
+        .and_then(|e| e.value.clone())
+}
+
+async fn job_of(sb: &flex_provisioner::sandbox::Sandbox, claim: &str) -> Option<Job> {
+    let uid = Api::<PersistentVolumeClaim>::namespaced(sb.client().unwrap(), "default")
+        .get(claim)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    jobs_of(sb, "provision")
+        .await
+        .into_iter()
+        .find(|j| j.metadata.labels.as_ref().unwrap()["flex-provisioner.io/claim-uid"] == uid)
+}
+
+#[tokio::test]
+async fn a_clone_from_a_class_that_does_not_opt_in_is_refused_with_no_job() {
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    class(&sb, "plain", "Immediate", "make-pv", json!({})).await;
+    claim(&sb, "data", "plain").await;
+    bound(&sb, "data", 60).await;
+    claim_from(
+        &sb,
+        "copy",
+        "plain",
+        json!({"kind": "PersistentVolumeClaim", "name": "data"}),
+    )
+    .await;
+    let m = wait_event(&sb, "copy", "ProvisioningFailed", "data-sources", 60).await;
+    assert!(
+        m.contains("asks for data from PersistentVolumeClaim data")
+            && m.contains("lists no `PersistentVolumeClaim` in data-sources"),
+        "{m}"
+    );
+    assert!(
+        job_of(&sb, "copy").await.is_none(),
+        "no Job for a refused clone"
+    );
+}
+
+#[tokio::test]
+async fn a_clone_waits_for_its_source_and_gets_it() {
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    class(
+        &sb,
+        "clones",
+        "Immediate",
+        "make-pv",
+        json!({"data-sources": "PersistentVolumeClaim"}),
+    )
+    .await;
+    // The source does not exist yet: told, no Job; once it is bound, the clone starts.
+    claim_from(
+        &sb,
+        "copy",
+        "clones",
+        json!({"kind": "PersistentVolumeClaim", "name": "data"}),
+    )
+    .await;
+    let m = wait_event(&sb, "copy", "ProvisioningFailed", "does not exist", 60).await;
+    assert!(
+        m.contains("the source claim default/data does not exist"),
+        "{m}"
+    );
+    assert!(job_of(&sb, "copy").await.is_none());
+    claim(&sb, "data", "clones").await;
+    let source = bound(&sb, "data", 60).await;
+    bound(&sb, "copy", 120).await;
+    let job = job_of(&sb, "copy").await.unwrap();
+    let pv: serde_json::Value =
+        serde_json::from_str(&env(&job, "SOURCE_PV_JSON").unwrap()).unwrap();
+    assert_eq!(
+        pv["metadata"]["name"],
+        source.spec.unwrap().volume_name.unwrap()
+    );
+    assert!(env(&job, "SOURCE_PARAMETERS").is_some());
+    assert!(env(&job, "DATA_SOURCE_JSON").is_none());
+}
+
+/// An admin's own kind (here a Lease stands in for a backup object): the Job gets the
+/// object, once the admin lets the controller read that kind.
+#[tokio::test]
+async fn an_admins_kind_listed_by_the_class_reaches_the_job_as_json() {
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    class(
+        &sb,
+        "restores",
+        "Immediate",
+        "make-pv",
+        json!({"data-sources": "coordination.k8s.io/Lease"}),
+    )
+    .await;
+    let admin = sb.client().unwrap();
+    let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "backup-7", "namespace": "default"}, "spec": {"holderIdentity": "nightly"}});
+    Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(admin.clone(), "default")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(lease).unwrap(),
+        )
+        .await
+        .unwrap();
+    claim_from(
+        &sb,
+        "restored",
+        "restores",
+        json!({"apiGroup": "coordination.k8s.io", "kind": "Lease", "name": "backup-7"}),
+    )
+    .await;
+    // deploy/ grants the controller nothing on Leases outside its namespace: told, no Job.
+    let m = wait_event(&sb, "restored", "ProvisioningFailed", "may not read it", 60).await;
+    assert!(
+        m.contains("grants it get on coordination.k8s.io/Lease"),
+        "{m}"
+    );
+    let grant = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "read-backups", "namespace": "default"},
+        "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get"]}]});
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "read-backups", "namespace": "default"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "read-backups"},
+        "subjects": [{"kind": "ServiceAccount", "name": "flex-provisioner", "namespace": CONTROLLER_NS}]});
+    Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(admin.clone(), "default")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(grant).unwrap(),
+        )
+        .await
+        .unwrap();
+    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(admin, "default")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(binding).unwrap(),
+        )
+        .await
+        .unwrap();
+    bound(&sb, "restored", 120).await;
+    let job = job_of(&sb, "restored").await.unwrap();
+    let object: serde_json::Value =
+        serde_json::from_str(&env(&job, "DATA_SOURCE_JSON").unwrap()).unwrap();
+    assert_eq!(object["spec"]["holderIdentity"], "nightly");
+    assert_eq!(object["metadata"]["name"], "backup-7");
+    assert!(env(&job, "SOURCE_PV_JSON").is_none());
+}
