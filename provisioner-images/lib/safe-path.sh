@@ -251,7 +251,9 @@ archive_dir() {
 # path as the PV gives it, which must lie below NODE_BASE, the base as PVs name it) into
 # DEST_REAL, the new volume's directory. The source is found by walk_below under REAL_BASE,
 # so no link in it is followed; `cp -a` copies links inside it as links, never their
-# targets. Exit 2 when the source is elsewhere or gone, 1 when the copy fails.
+# targets. What an earlier, interrupted attempt copied is removed first (find does not
+# follow links): a link it left would otherwise let this copy write through it.
+# Exit 2 when the source is elsewhere or gone, 1 when the copy fails.
 clone_from() {
     _src=$2
     no_control "source volume path" "$_src"
@@ -264,6 +266,7 @@ clone_from() {
     _dest=$4
     walk_below "$1" "$_rel" find "$3"
     [ -n "$WALKED" ] || fail 2 "the source volume's directory $_src is not here (another node, or gone)"
+    find "$_dest" -mindepth 1 -delete || fail 1 "cannot empty the new volume before copying into it"
     cp -a -- "$WALKED/." "$_dest/" || fail 1 "copying $_src into the new volume failed"
     WALKED=$_dest
 }

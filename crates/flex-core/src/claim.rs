@@ -96,12 +96,14 @@ impl ClaimRequest {
                 api_group: r.api_group.clone().filter(|g| !g.is_empty()),
                 kind: r.kind.clone(),
                 name: r.name.clone(),
+                namespace: r.namespace.clone().filter(|n| !n.is_empty()),
             })
             .or_else(|| {
                 spec.data_source.as_ref().map(|r| DataSource {
                     api_group: r.api_group.clone().filter(|g| !g.is_empty()),
                     kind: r.kind.clone(),
                     name: r.name.clone(),
+                    namespace: None,
                 })
             });
         let requested = spec
@@ -156,6 +158,8 @@ pub struct DataSource {
     pub api_group: Option<String>,
     pub kind: String,
     pub name: String,
+    /// `dataSourceRef.namespace` (CrossNamespaceVolumeDataSource), which is refused.
+    pub namespace: Option<String>,
 }
 
 impl DataSource {

@@ -27,6 +27,10 @@ pub const ANN_PARAMETERS: &str = "flex-provisioner.io/parameters";
 /// Everything else a deprovision Job needs (command, args, placement, pod-template...), so
 /// that deprovisioning never depends on the ConfigMap still existing unchanged.
 pub const ANN_DEPROVISION_SPEC: &str = "flex-provisioner.io/deprovision-spec";
+/// On a `pv-creator: controller` provisioning Job: the controller is creating (or created)
+/// the PV from its report. Written before the PV, so that a volume retained and deleted
+/// later is never created again from the same Job (plan::orphan).
+pub const ANN_PV_CREATED: &str = "flex-provisioner.io/pv-created";
 /// On a clone's provisioning Job: the source volume, kept from deprovisioning while it runs.
 pub const ANN_SOURCE_VOLUME: &str = "flex-provisioner.io/source-volume";
 /// On a `pv-creator: controller` provisioning Job: the volume source types its report may name.

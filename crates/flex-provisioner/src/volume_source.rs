@@ -12,6 +12,8 @@ pub enum SourceField {
     Server,
     /// The node its node affinity pins it to (empty when it has none).
     Node,
+    /// The `fsType` of its `local` source (empty for a raw block volume).
+    FsType,
 }
 
 /// The field, or why the volume has none (which an image treats as permanent).
@@ -35,6 +37,7 @@ pub fn field(pv_json: &str, field: SourceField) -> Result<String, String> {
             .find(|e| e["key"] == "kubernetes.io/hostname" && e["operator"] == "In")
             .and_then(|e| e["values"][0].as_str())
             .unwrap_or_default(),
+        SourceField::FsType => spec["local"]["fsType"].as_str().unwrap_or_default(),
     };
     // Printed for a shell to read: one line, nothing it could take for more.
     if value.chars().any(char::is_control) {
@@ -52,6 +55,7 @@ mod tests {
         let local = r#"{"spec":{"local":{"path":"/v/a"},"nodeAffinity":{"required":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"kubernetes.io/hostname","operator":"In","values":["node-a"]}]}]}}}}"#;
         assert_eq!(field(local, SourceField::Path).unwrap(), "/v/a");
         assert_eq!(field(local, SourceField::Node).unwrap(), "node-a");
+        assert_eq!(field(local, SourceField::FsType).unwrap(), "");
         assert!(field(local, SourceField::Server).is_err());
         let nfs = r#"{"spec":{"nfs":{"server":"10.0.0.5","path":"/exports/x"}}}"#;
         assert_eq!(field(nfs, SourceField::Server).unwrap(), "10.0.0.5");

@@ -568,6 +568,7 @@ exit 0
         "dd",
         "e2fsck",
         "resize2fs",
+        "xfs_admin",
     ] {
         let p = dir.0.join(tool);
         std::fs::write(&p, script).unwrap();
@@ -764,6 +765,25 @@ async fn lvm_kubectl_expands_and_clones() {
         !log.contains("mkfs"),
         "a clone keeps the source's filesystem: {log}"
     );
+    // A raw block source into a class that formats: refused before any copy.
+    std::fs::remove_file(&calls).unwrap();
+    let raw = source.replace(r#""fsType":"ext4","#, "");
+    assert_ne!(raw, source);
+    let r = run_image(
+        &sb,
+        "clone-raw",
+        "lvm-kubectl",
+        &with(lvm_env("provision"), "SOURCE_PV_JSON", &raw),
+        false,
+    )
+    .await;
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.message.contains("a clone keeps its source's"), "{r:?}");
+    assert!(
+        !std::fs::read_to_string(&calls)
+            .unwrap_or_default()
+            .contains("dd ")
+    );
     // A source that is not one of this image's logical volumes is refused before any copy.
     std::fs::remove_file(&calls).unwrap();
     let elsewhere = source.replace("/dev/vg-k8s/pvc-5a5a", "/dev/sda1");
@@ -782,6 +802,60 @@ async fn lvm_kubectl_expands_and_clones() {
     );
     let log = std::fs::read_to_string(&calls).unwrap_or_default();
     assert!(!log.contains("dd "), "{log}");
+}
+
+/// A hostpath clone copies links inside the source as links, and a link an interrupted
+/// earlier attempt left in the new volume is removed before copying, never written through.
+#[tokio::test]
+async fn hostpath_clone_never_writes_through_or_follows_a_link() {
+    let sb = sandbox().await;
+    let out = outside(&sb);
+    let base = node_base(&sb, NODE);
+    let src = base.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("x"), "copied").unwrap();
+    symlink(out.join("victim"), src.join("link")).unwrap();
+    let dst = base.join("dst");
+    std::fs::create_dir_all(&dst).unwrap();
+    symlink(out.join("victim/keep"), dst.join("x")).unwrap();
+    let source = json!({"spec": {"local": {"path": format!("{BASE}/src")},
+        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": [NODE]}]}]}}}})
+    .to_string();
+    let template = r#"{"apiVersion":"v1","kind":"PersistentVolume","metadata":{"name":"pvc-0a0a"},"spec":{"capacity":{"storage":"1Gi"}}}"#;
+    let env = with(
+        with(
+            with(hostpath_env("provision", "dst"), "SOURCE_PV_JSON", &source),
+            "PV_CREATOR",
+            "controller",
+        ),
+        "PV_TEMPLATE",
+        template,
+    );
+    let r = run_image(&sb, "clone", "hostpath", &env, false).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(!is_link(&dst.join("x")), "the stale link was replaced");
+    assert_eq!(std::fs::read_to_string(dst.join("x")).unwrap(), "copied");
+    assert!(is_link(&dst.join("link")), "a link is copied as a link");
+    assert_outside_untouched(&out);
+    // A source outside the base is refused before anything is copied.
+    let elsewhere = source.replace(&format!("{BASE}/src"), "/etc");
+    let env = with(
+        with(
+            with(
+                hostpath_env("provision", "dst2"),
+                "SOURCE_PV_JSON",
+                &elsewhere,
+            ),
+            "PV_CREATOR",
+            "controller",
+        ),
+        "PV_TEMPLATE",
+        template,
+    );
+    let r = run_image(&sb, "clone-elsewhere", "hostpath", &env, false).await;
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.message.contains("is not below"), "{r:?}");
 }
 
 #[test]

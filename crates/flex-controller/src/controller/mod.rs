@@ -125,6 +125,22 @@ where
     )
 }
 
+/// Marks a provisioning Job whose PV the controller is about to create from its report
+/// (before the PV: if the create then fails, the worst is storage left for an admin, never
+/// a PV made twice; see plan::orphan).
+async fn mark_pv_created(ctx: &context::Context, job: &Job) -> crate::Result<()> {
+    let patch =
+        serde_json::json!({"metadata": {"annotations": {crate::names::ANN_PV_CREATED: "true"}}});
+    Api::<Job>::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default())
+        .patch(
+            &job.name_any(),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await?;
+    Ok(())
+}
+
 fn claim_ref_of(
     annotations: Option<&std::collections::BTreeMap<String, String>>,
 ) -> Option<ObjectRef<PersistentVolumeClaim>> {

@@ -41,7 +41,7 @@ fn cached_pods(ctx: &Context) -> Vec<Arc<Pod>> {
 
 /// Cheap on the cache first: only a candidate whose claim and PV the cache does not show
 /// costs reads.
-async fn look_into(ctx: &Context, job: &Job) -> Result<(), kube::Error> {
+async fn look_into(ctx: &Context, job: &Job) -> crate::Result<()> {
     let label = |k: &str| job.labels().get(k).cloned().unwrap_or_default();
     let (claim_uid, volume) = (label(LABEL_CLAIM_UID), label(LABEL_VOLUME));
     let pods = cached_pods(ctx);
@@ -49,21 +49,34 @@ async fn look_into(ctx: &Context, job: &Job) -> Result<(), kube::Error> {
     if claim_uid.is_empty() || volume.is_empty() || !is_candidate(job, &pod_refs) {
         return Ok(());
     }
-    let claim_cached = ctx
-        .caches
-        .claims
-        .state()
-        .iter()
-        .any(|c| c.uid().as_deref() == Some(claim_uid.as_str()));
+    let started = tokio::time::Instant::now();
+    // A claim still shown, but being deleted, is waited out: the Job's next event may be
+    // its removal, long after its pod (and report) is gone.
+    loop {
+        let claim = ctx
+            .caches
+            .claims
+            .state()
+            .into_iter()
+            .find(|c| c.uid().as_deref() == Some(claim_uid.as_str()));
+        match claim {
+            None => break,
+            Some(c)
+                if c.metadata.deletion_timestamp.is_some() && started.elapsed() < REPORT_WAIT =>
+            {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Some(_) => return Ok(()),
+        }
+    }
     let pv_cached = ctx
         .caches
         .volumes
         .get(&kube::runtime::reflector::ObjectRef::new(&volume))
         .is_some();
-    if claim_cached || pv_cached {
+    if pv_cached {
         return Ok(());
     }
-    let started = tokio::time::Instant::now();
     loop {
         let confirmed = confirm(ctx, job, &claim_uid, &volume).await?;
         let pods = cached_pods(ctx);
@@ -85,6 +98,7 @@ async fn look_into(ctx: &Context, job: &Job) -> Result<(), kube::Error> {
                 return Ok(());
             }
             OrphanStep::CreatePv(pv) => {
+                super::mark_pv_created(ctx, job).await?;
                 tracing::info!(job = %job.name_any(), volume = %volume, "the claim was deleted while its Job ran; its volume is created to be deprovisioned");
                 return match Api::<PersistentVolume>::all(ctx.client.clone())
                     .create(&PostParams::default(), &pv)
@@ -92,7 +106,7 @@ async fn look_into(ctx: &Context, job: &Job) -> Result<(), kube::Error> {
                 {
                     Ok(_) => Ok(()),
                     Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-                    Err(e) => Err(e),
+                    Err(e) => Err(e.into()),
                 };
             }
         }

@@ -214,6 +214,9 @@ pub async fn reconcile(
         Step::Throttled => Action::requeue(Duration::from_secs(5)),
         Step::AwaitPvRemoval | Step::AwaitReport => Action::requeue(Duration::from_secs(1)),
         Step::CreatePv { pv } => {
+            if let Some(job) = jobs.iter().max_by_key(|j| crate::job::attempt_of(j)) {
+                super::mark_pv_created(&ctx, job).await?;
+            }
             // A conflict: it exists already (ours from an earlier reconcile, or someone
             // else's); either way the next plan, from the cache, judges what is there.
             match Api::<PersistentVolume>::all(ctx.client.clone())

@@ -93,6 +93,17 @@ async fn clone_source(
             "the source claim's volume {volume} is not seen yet"
         ));
     };
+    let bound_back = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.claim_ref.as_ref())
+        .and_then(|r| r.uid.as_deref())
+        == source.metadata.uid.as_deref();
+    if !bound_back {
+        return unusable(format!(
+            "the source claim's volume {volume} is not bound back to it"
+        ));
+    }
     if pv.annotations().get(ANN_PROVISIONED_BY) != Some(&ctx.opts.provisioner_name) {
         return unusable(format!(
             "the source claim {at} is bound to {volume}, which this provisioner did not make; only its own volumes can be cloned"

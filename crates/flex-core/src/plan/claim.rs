@@ -433,6 +433,14 @@ pub fn plan_claim_with(
     // one it lists must have resolved (a clone's source bound to a volume of ours...).
     let source_problem = request.data_source.as_ref().and_then(|ds| {
         let kind = ds.kind_key();
+        if ds.namespace.as_ref().is_some_and(|n| *n != request.namespace) {
+            return Some((Step::Blocked, format!(
+                "cannot provision this claim: its data source {} {} is in namespace {}; only sources in the claim's own namespace are used",
+                ds.kind,
+                ds.name,
+                ds.namespace.as_deref().unwrap_or_default()
+            )));
+        }
         if !config.provisioner.data_sources.contains(&kind) {
             return Some((Step::Blocked, format!(
                 "cannot provision this claim: {}; the class's ConfigMap lists no `{kind}` in data-sources",

@@ -167,6 +167,22 @@ pub fn plan_expand(i: ExpandInputs<'_>) -> ExpandPlan {
     if requested <= current {
         return ignore();
     }
+    // Marked infeasible for this very size: given up until the request changes (also once
+    // the failed Job is gone, and without rewriting the status it already shows).
+    let infeasible = status
+        .allocated_resource_statuses
+        .as_ref()
+        .and_then(|s| s.get("storage"))
+        .is_some_and(|s| s == RESIZE_INFEASIBLE);
+    let allocated = bytes_of(
+        status
+            .allocated_resources
+            .as_ref()
+            .and_then(|a| a.get("storage")),
+    );
+    if infeasible && allocated == Some(requested) {
+        return ignore();
+    }
     let size = requested_q.map(|q| q.0.clone()).unwrap_or_default();
     let pv_capacity = bytes_of(
         pv.spec

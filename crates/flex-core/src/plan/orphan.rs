@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
 use crate::config::PvCreator;
 use crate::config::sources::{check_report, volume_sources};
 use crate::job::{JobOutcome, env_of, outcome, report_of};
-use crate::names::{ANN_VOLUME_SOURCES, LABEL_ACTION};
+use crate::names::{ANN_PV_CREATED, ANN_VOLUME_SOURCES, LABEL_ACTION};
 use crate::volume::pv_with_source;
 
 /// What the API server says about the Job's claim and volume, read just before deciding.
@@ -38,8 +38,14 @@ pub enum OrphanStep {
 }
 
 /// Whether a cached Job may be an orphan: a succeeded provisioning Job of a
-/// `pv-creator: controller` class with reclaim `Delete`. The rest needs the API server.
+/// `pv-creator: controller` class with reclaim `Delete`, whose PV the controller never
+/// set out to create. The rest needs the API server.
 pub fn is_candidate(job: &Job, pods: &[&Pod]) -> bool {
+    let pv_created = job
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(ANN_PV_CREATED));
     let provision = job
         .metadata
         .labels
@@ -47,6 +53,7 @@ pub fn is_candidate(job: &Job, pods: &[&Pod]) -> bool {
         .and_then(|l| l.get(LABEL_ACTION))
         .is_some_and(|a| a == "provision");
     provision
+        && !pv_created
         && env_of(job, "PV_CREATOR").as_deref() == Some(PvCreator::Controller.as_str())
         && template(job).is_some_and(|t| {
             t.spec

@@ -797,6 +797,17 @@ fn a_data_source_needs_the_class_to_list_its_kind_and_to_resolve() {
         "{}",
         p.notices[0].message
     );
+    let mut elsewhere = case(&clones);
+    elsewhere.claim = claim(
+        json!({"spec": {"dataSourceRef": {"apiGroup": "", "kind": "PersistentVolumeClaim", "name": "src", "namespace": "other"}}}),
+    );
+    let p = run(&elsewhere);
+    assert_eq!(p.step, Step::Blocked);
+    assert!(
+        p.notices[0].message.contains("is in namespace other"),
+        "{}",
+        p.notices[0].message
+    );
     let source_pv: PersistentVolume =
         serde_json::from_value(json!({"metadata": {"name": "pvc-src"}})).unwrap();
     c.source = Some(crate::source::SourceData::Volume {

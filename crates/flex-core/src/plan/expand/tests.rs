@@ -213,6 +213,26 @@ fn failures_back_off_and_permanent_ones_mark_the_claim_infeasible() {
         status["status"]["allocatedResourceStatuses"]["storage"],
         RESIZE_INFEASIBLE
     );
+    // Once the claim shows it, nothing more is written or started for that size, also
+    // after the failed Job is gone.
+    let mut marked = claim("2Gi", "1Gi");
+    let st = marked.status.as_mut().unwrap();
+    st.allocated_resources = Some(BTreeMap::from([(
+        "storage".into(),
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity("2Gi".into()),
+    )]));
+    st.allocated_resource_statuses = Some(BTreeMap::from([(
+        "storage".into(),
+        RESIZE_INFEASIBLE.into(),
+    )]));
+    assert_eq!(
+        plan_expand(inputs(&marked, &v, vec![&permanent], None)).step,
+        ExpandStep::Ignore
+    );
+    assert_eq!(
+        plan_expand(inputs(&marked, &v, vec![], Some(Ok(record())))).step,
+        ExpandStep::Ignore
+    );
     // The user lowers the request (still above the capacity): a new attempt at once.
     let lowered = claim("1536Mi", "1Gi");
     let p = plan_expand(inputs(&lowered, &v, vec![&permanent], Some(Ok(record()))));

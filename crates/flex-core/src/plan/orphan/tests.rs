@@ -103,6 +103,15 @@ fn only_succeeded_controller_mode_delete_jobs_are_candidates() {
         .unwrap()
         .insert(LABEL_ACTION.into(), "deprovision".into());
     assert!(!is_candidate(&deprovision, &[&p]));
+    // Its PV was created once (and perhaps retained and deleted since): never again.
+    let mut created = job("controller", "Delete", Some("nfs"));
+    created
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(crate::names::ANN_PV_CREATED.into(), "true".into());
+    assert!(!is_candidate(&created, &[&p]));
+    assert_eq!(plan_orphan(&created, &[&p], CONFIRMED), OrphanStep::Nothing);
 }
 
 #[test]
