@@ -177,3 +177,80 @@ async fn an_admins_kind_listed_by_the_class_reaches_the_job_as_json() {
     assert_eq!(object["metadata"]["name"], "backup-7");
     assert!(env(&job, "SOURCE_PV_JSON").is_none());
 }
+
+/// A clone's source is not deprovisioned while the clone's Job copies from it, even when
+/// its claim is deleted meanwhile; it is once the copy is done.
+#[tokio::test]
+async fn a_source_is_not_deprovisioned_while_a_clone_copies_from_it() {
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    class(&sb, "plain", "Immediate", "make-pv", json!({})).await;
+    class(
+        &sb,
+        "slow-clones",
+        "Immediate",
+        "slow",
+        json!({"data-sources": "PersistentVolumeClaim"}),
+    )
+    .await;
+    claim(&sb, "data", "plain").await;
+    let source_pv = bound(&sb, "data", 60)
+        .await
+        .spec
+        .unwrap()
+        .volume_name
+        .unwrap();
+    claim_from(
+        &sb,
+        "copy",
+        "slow-clones",
+        json!({"kind": "PersistentVolumeClaim", "name": "data"}),
+    )
+    .await;
+    let clone_job = common::sandbox::eventually(60, "the clone's Job", || async {
+        job_of(&sb, "copy").await
+    })
+    .await;
+    Api::<PersistentVolumeClaim>::namespaced(sb.client().unwrap(), "default")
+        .delete("data", &Default::default())
+        .await
+        .unwrap();
+    let deprovisions_of_source = || async {
+        jobs_of(&sb, "deprovision")
+            .await
+            .into_iter()
+            .filter(|j| {
+                j.metadata.labels.as_ref().unwrap()["flex-provisioner.io/volume"] == source_pv
+            })
+            .count()
+    };
+    // The clone's pod sleeps 2 s before it reports: look while it runs.
+    let jobs: Api<Job> = Api::namespaced(sb.client().unwrap(), NS);
+    let mut looked_while_running = 0;
+    loop {
+        let running = !succeeded(
+            &jobs
+                .get(clone_job.metadata.name.as_deref().unwrap())
+                .await
+                .unwrap(),
+        );
+        if !running {
+            break;
+        }
+        assert_eq!(
+            deprovisions_of_source().await,
+            0,
+            "the source was deprovisioned under a running clone"
+        );
+        looked_while_running += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert!(looked_while_running > 0, "the clone's Job was seen running");
+    bound(&sb, "copy", 60).await;
+    common::sandbox::eventually(
+        60,
+        "the source to be deprovisioned once the copy is done",
+        || async { (deprovisions_of_source().await == 1).then_some(()) },
+    )
+    .await;
+}

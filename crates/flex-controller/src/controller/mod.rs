@@ -365,11 +365,20 @@ async fn act(
     // Volumes: a second controller, triggered by its PVs and its deprovision Jobs.
     let volumes_controller = Controller::for_stream(volumes_for_volumes, volumes.clone())
         .watches_stream(jobs_for_volumes, |job: Job| {
-            job.meta()
+            // Its own volume, and a clone's source, which waits for the copy to finish.
+            let own = job
+                .meta()
                 .labels
-                .as_ref()?
-                .get(crate::names::LABEL_VOLUME)
-                .map(|v| ObjectRef::new(v))
+                .as_ref()
+                .and_then(|l| l.get(crate::names::LABEL_VOLUME))
+                .map(|v| ObjectRef::new(v));
+            let source = job
+                .meta()
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(crate::names::ANN_SOURCE_VOLUME))
+                .map(|v| ObjectRef::new(v));
+            own.into_iter().chain(source)
         });
     let volumes_run = volumes_controller
         .run(
