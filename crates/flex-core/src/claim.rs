@@ -92,19 +92,11 @@ impl ClaimRequest {
         let data_source = spec
             .data_source_ref
             .as_ref()
-            .map(|r| DataSource {
-                api_group: r.api_group.clone().filter(|g| !g.is_empty()),
-                kind: r.kind.clone(),
-                name: r.name.clone(),
-                namespace: r.namespace.clone().filter(|n| !n.is_empty()),
-            })
+            .map(|r| DataSource::new(&r.api_group, &r.kind, &r.name, &r.namespace))
             .or_else(|| {
-                spec.data_source.as_ref().map(|r| DataSource {
-                    api_group: r.api_group.clone().filter(|g| !g.is_empty()),
-                    kind: r.kind.clone(),
-                    name: r.name.clone(),
-                    namespace: None,
-                })
+                spec.data_source
+                    .as_ref()
+                    .map(|r| DataSource::new(&r.api_group, &r.kind, &r.name, &None))
             });
         let requested = spec
             .resources
@@ -163,6 +155,17 @@ pub struct DataSource {
 }
 
 impl DataSource {
+    /// An empty group or namespace means none, as the API server writes them.
+    fn new(api_group: &Option<String>, kind: &str, name: &str, namespace: &Option<String>) -> Self {
+        let set = |v: &Option<String>| v.clone().filter(|s| !s.is_empty());
+        DataSource {
+            api_group: set(api_group),
+            kind: kind.to_owned(),
+            name: name.to_owned(),
+            namespace: set(namespace),
+        }
+    }
+
     /// How `data-sources` names this kind: `Kind` in the core group, else `group/Kind`.
     pub fn kind_key(&self) -> String {
         match &self.api_group {

@@ -89,30 +89,39 @@ impl JobRecipe {
     /// `deprovision-image`/`-command`/`-args` where given, else the provisioning ones.
     pub fn deprovision(config: &ClassConfig, rendered: &Rendered, node: Option<&NodeInfo>) -> Self {
         let p = &config.provisioner;
-        let base = Self::from_config(config, node);
-        JobRecipe {
-            image: p.deprovision_image.clone().unwrap_or(base.image.clone()),
-            command: p.deprovision_command.clone().or(base.command.clone()),
-            args: rendered
-                .deprovision_args
-                .clone()
-                .or_else(|| rendered.args.clone()),
-            ..base
-        }
+        Self::from_config(config, node).overridden(
+            &p.deprovision_image,
+            &p.deprovision_command,
+            &rendered.deprovision_args,
+            rendered,
+        )
     }
 
     /// `expand-image`/`-command`/`-args` where given, else the provisioning ones.
     pub fn expand(config: &ClassConfig, rendered: &Rendered, node: Option<&NodeInfo>) -> Self {
         let p = &config.provisioner;
-        let base = Self::from_config(config, node);
+        Self::from_config(config, node).overridden(
+            &p.expand_image,
+            &p.expand_command,
+            &rendered.expand_args,
+            rendered,
+        )
+    }
+
+    /// This recipe with an action's own image, command and rendered arguments where the
+    /// ConfigMap gives them, else the provisioning ones.
+    fn overridden(
+        self,
+        image: &Option<String>,
+        command: &Option<Vec<String>>,
+        args: &Option<Vec<String>>,
+        rendered: &Rendered,
+    ) -> Self {
         JobRecipe {
-            image: p.expand_image.clone().unwrap_or(base.image.clone()),
-            command: p.expand_command.clone().or(base.command.clone()),
-            args: rendered
-                .expand_args
-                .clone()
-                .or_else(|| rendered.args.clone()),
-            ..base
+            image: image.clone().unwrap_or(self.image.clone()),
+            command: command.clone().or(self.command.clone()),
+            args: args.clone().or_else(|| rendered.args.clone()),
+            ..self
         }
     }
 }

@@ -91,6 +91,15 @@ pub enum PvCheck {
     Wrong(String),
 }
 
+/// Whether `pv` says it was provisioned by `provisioner_name`.
+pub fn provisioned_by(pv: &PersistentVolume, provisioner_name: &str) -> bool {
+    pv.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANN_PROVISIONED_BY))
+        .is_some_and(|p| p == provisioner_name)
+}
+
 /// The PV the controller creates: the template with the volume source an image reported
 /// (already checked by `sources::check_report`) as the only addition to its spec.
 pub fn pv_with_source(

@@ -93,15 +93,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     println!("{value}");
                     Ok(ExitCode::SUCCESS)
                 }
-                Err(why) => {
-                    let message = format!("volume source: {why}");
-                    eprintln!("{message}");
-                    let termination_log = std::env::var("TERMINATION_LOG").unwrap_or_else(|_| {
-                        flex_provisioner::names::TERMINATION_MESSAGE_PATH.to_owned()
-                    });
-                    let _ = std::fs::write(&termination_log, &message);
-                    Ok(ExitCode::from(2))
-                }
+                Err(why) => Ok(image_failure(&format!("volume source: {why}"), 2)),
             }
         }
         Command::Volume(VolumeCommand::Create(args)) => {
@@ -154,8 +146,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// Exit codes follow the image contract: 0 done, 2 permanent, 1 transient.
 async fn volume_create(args: flex_provisioner::cli::VolumeCreateArgs) -> ExitCode {
     use flex_provisioner::volume_create::{VolumeCreateError, build, create, report};
-    let termination_log = std::env::var("TERMINATION_LOG")
-        .unwrap_or_else(|_| flex_provisioner::names::TERMINATION_MESSAGE_PATH.to_owned());
+    let termination_log = termination_log();
     if args.pv_creator == "controller" {
         return match build(&args.template, &args.source)
             .and_then(|_| report(&args.source, &termination_log))
@@ -164,12 +155,10 @@ async fn volume_create(args: flex_provisioner::cli::VolumeCreateArgs) -> ExitCod
                 println!("volume source reported; the provisioner creates the PersistentVolume");
                 ExitCode::SUCCESS
             }
-            Err(e) => {
-                let message = format!("volume create: {e}");
-                eprintln!("{message}");
-                let _ = std::fs::write(&termination_log, &message);
-                ExitCode::from(if e.permanent() { 2 } else { 1 })
-            }
+            Err(e) => image_failure(
+                &format!("volume create: {e}"),
+                if e.permanent() { 2 } else { 1 },
+            ),
         };
     }
     let result = async {
@@ -190,13 +179,25 @@ async fn volume_create(args: flex_provisioner::cli::VolumeCreateArgs) -> ExitCod
             println!("persistentvolume/{name} already exists for this claim");
             ExitCode::SUCCESS
         }
-        Err(e) => {
-            let message = format!("volume create: {e}");
-            eprintln!("{message}");
-            let _ = std::fs::write(&termination_log, &message);
-            ExitCode::from(if e.permanent() { 2 } else { 1 })
-        }
+        Err(e) => image_failure(
+            &format!("volume create: {e}"),
+            if e.permanent() { 2 } else { 1 },
+        ),
     }
+}
+
+/// Where an image's message for users goes (`$TERMINATION_LOG`, else the kubelet's default).
+fn termination_log() -> String {
+    std::env::var("TERMINATION_LOG")
+        .unwrap_or_else(|_| flex_provisioner::names::TERMINATION_MESSAGE_PATH.to_owned())
+}
+
+/// A helper run inside an image failed: the message goes to stderr and to the termination
+/// log (what users read in events), and the exit code says permanent (2) or transient (1).
+fn image_failure(message: &str, code: u8) -> ExitCode {
+    eprintln!("{message}");
+    let _ = std::fs::write(termination_log(), message);
+    ExitCode::from(code)
 }
 
 /// The leader identity: the instance name plus a random suffix, as client-go's hostname plus

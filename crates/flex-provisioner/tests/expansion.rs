@@ -21,17 +21,6 @@ async fn allow_expansion(sb: &flex_provisioner::sandbox::Sandbox, class: &str) {
         .unwrap();
 }
 
-async fn grow(sb: &flex_provisioner::sandbox::Sandbox, claim: &str, size: &str) {
-    Api::<PersistentVolumeClaim>::namespaced(sb.client().unwrap(), "default")
-        .patch(
-            claim,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"resources": {"requests": {"storage": size}}}})),
-        )
-        .await
-        .unwrap();
-}
-
 #[tokio::test]
 async fn a_failing_expansion_is_reported_retried_and_then_grows_the_volume() {
     let sb = sandbox().await;

@@ -72,17 +72,8 @@ async fn hostpath_grows_a_bound_claim_from_1gi_to_2gi() {
     let claim = claim_and_write(&sb, "data", "local-hostpath").await;
     assert_eq!(claim.status.unwrap().capacity.unwrap()["storage"].0, "1Gi");
     let pv_name = claim.spec.unwrap().volume_name.unwrap();
+    common::provisioning::grow(&sb, "data", "2Gi").await;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(sb.client().unwrap(), "default");
-    claims
-        .patch(
-            "data",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(
-                json!({"spec": {"resources": {"requests": {"storage": "2Gi"}}}}),
-            ),
-        )
-        .await
-        .unwrap();
     wait_event(
         &sb,
         "data",

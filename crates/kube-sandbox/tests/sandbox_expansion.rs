@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::sandbox::{eventually, start};
+use common::sandbox::{eventually, invalid, start, status_of};
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -16,21 +16,6 @@ use kube::core::Status;
 use serde_json::{Value, json};
 
 const RESIZE_REFUSED: &str = "only dynamically provisioned pvc can be resized and the storageclass that provisions the pvc must support resize";
-
-fn status_of<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> Status {
-    match r {
-        Err(kube::Error::Api(s)) => *s,
-        other => panic!("expected an API error, got {other:?}"),
-    }
-}
-
-/// Asserts a 422 Invalid with exactly `message`.
-fn invalid<T: std::fmt::Debug>(r: Result<T, kube::Error>, message: &str) -> Status {
-    let s = status_of(r);
-    assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"), "{s:?}");
-    assert_eq!(s.message, message);
-    s
-}
 
 /// Asserts the resize plugin's 403 Forbidden for claim `name`, saying `why`.
 fn forbidden<T: std::fmt::Debug>(r: Result<T, kube::Error>, name: &str, why: &str) {

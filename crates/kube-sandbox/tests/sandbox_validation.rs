@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::sandbox::{api_error, eventually, start};
+use common::sandbox::{api_error, eventually, invalid, start, status_of};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::core::Status;
@@ -26,21 +26,6 @@ fn claim(name: &str, spec: Value) -> PersistentVolumeClaim {
 fn host_path_spec(path: &str) -> Value {
     json!({"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
            "hostPath": {"path": path}})
-}
-
-fn status_of<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> Status {
-    match r {
-        Err(kube::Error::Api(s)) => *s,
-        other => panic!("expected an API error, got {other:?}"),
-    }
-}
-
-/// Asserts a 422 Invalid with exactly `message`, and returns the Status for more checks.
-fn invalid<T: std::fmt::Debug>(r: Result<T, kube::Error>, message: &str) -> Status {
-    let s = status_of(r);
-    assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"), "{s:?}");
-    assert_eq!(s.message, message);
-    s
 }
 
 /// `(field, message)` of each cause, in order.

@@ -28,6 +28,31 @@ pub struct Caches {
     pub pods: Vec<Store<Pod>>,
 }
 
+impl Caches {
+    /// Our cached Jobs, in every config namespace, that `keep` accepts.
+    pub fn jobs_where(&self, keep: impl Fn(&Job) -> bool) -> Vec<std::sync::Arc<Job>> {
+        self.jobs
+            .iter()
+            .flat_map(|s| s.state())
+            .filter(|j| keep(j))
+            .collect()
+    }
+
+    /// Our Jobs' cached pods, in every config namespace, that `keep` accepts.
+    pub fn pods_where(&self, keep: impl Fn(&Pod) -> bool) -> Vec<std::sync::Arc<Pod>> {
+        self.pods
+            .iter()
+            .flat_map(|s| s.state())
+            .filter(|p| keep(p))
+            .collect()
+    }
+}
+
+/// Whether a Job's or pod's labels name this action (`provision`, `deprovision`, `expand`).
+pub fn action_is(labels: &std::collections::BTreeMap<String, String>, action: &str) -> bool {
+    labels.get(crate::names::LABEL_ACTION).map(String::as_str) == Some(action)
+}
+
 pub struct Context {
     pub client: Client,
     pub opts: Options,

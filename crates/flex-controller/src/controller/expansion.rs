@@ -1,18 +1,15 @@
 //! One bound claim that may need to grow: gather what `plan::expand` needs from the stores
 //! (the record from the API server, only when a Job is due), plan, carry out the step.
 
-use std::sync::Arc;
-
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
-use super::context::Context;
+use super::context::{Context, action_is};
 use super::create_or_adopt;
-use crate::names::{LABEL_ACTION, LABEL_CLAIM_UID};
+use crate::names::LABEL_CLAIM_UID;
 use crate::plan::expand::{ExpandInputs, ExpandStep, plan_expand};
 use crate::record::read_record;
 
@@ -25,7 +22,17 @@ pub(super) async fn reconcile_expansion(
         return Ok(Action::await_change());
     };
     let uid = claim.uid().unwrap_or_default();
-    let pv = ctx.caches.volumes.get(&ObjectRef::new(&volume_name));
+    // Every claim the provisioning plan ignores comes here: only a claim bound to a volume of
+    // ours in a class that allows expansion is worth scanning the Job and pod caches for
+    // (the plan would ignore the others anyway).
+    let Some(pv) = ctx
+        .caches
+        .volumes
+        .get(&ObjectRef::new(&volume_name))
+        .filter(|pv| flex_core::volume::provisioned_by(pv, &opts.provisioner_name))
+    else {
+        return Ok(Action::await_change());
+    };
     let class_allows = claim
         .spec
         .as_ref()
@@ -33,26 +40,14 @@ pub(super) async fn reconcile_expansion(
         .and_then(|c| ctx.caches.classes.get(&ObjectRef::new(c)))
         .and_then(|sc| sc.allow_volume_expansion)
         .unwrap_or(false);
-    let jobs: Vec<Arc<Job>> = ctx
-        .caches
-        .jobs
-        .iter()
-        .flat_map(|s| s.state())
-        .filter(|j| {
-            j.labels().get(LABEL_ACTION).map(String::as_str) == Some("expand")
-                && j.labels().get(LABEL_CLAIM_UID) == Some(&uid)
-        })
-        .collect();
-    let pods: Vec<Arc<Pod>> = ctx
-        .caches
-        .pods
-        .iter()
-        .flat_map(|s| s.state())
-        .filter(|p| {
-            p.labels().get(LABEL_ACTION).map(String::as_str) == Some("expand")
-                && p.labels().get(LABEL_CLAIM_UID) == Some(&uid)
-        })
-        .collect();
+    if !class_allows {
+        return Ok(Action::await_change());
+    }
+    let for_this_claim = |labels: &std::collections::BTreeMap<String, String>| {
+        action_is(labels, "expand") && labels.get(LABEL_CLAIM_UID) == Some(&uid)
+    };
+    let jobs = ctx.caches.jobs_where(|j| for_this_claim(j.labels()));
+    let pods = ctx.caches.pods_where(|p| for_this_claim(p.labels()));
     let plan_with = |pv: Option<&PersistentVolume>, record| {
         plan_expand(ExpandInputs {
             claim,
@@ -67,18 +62,14 @@ pub(super) async fn reconcile_expansion(
             now: jiff::Timestamp::now(),
         })
     };
-    let mut plan = plan_with(pv.as_deref(), None);
+    let mut plan = plan_with(Some(&pv), None);
     // The record is read from the API server only when a Job is about to be built from it.
-    let fetched;
-    if plan.step == ExpandStep::ReadRecord
-        && let Some(pv) = pv.as_deref()
-    {
-        let record = super::volumes::fetch_record(ctx, pv)
+    if plan.step == ExpandStep::ReadRecord {
+        let record = super::volumes::fetch_record(ctx, &pv)
             .await?
             .ok_or_else(|| "its deprovision record is missing".to_owned())
-            .and_then(|cm| read_record(&cm, pv));
-        fetched = pv.clone();
-        plan = plan_with(Some(&fetched), Some(record));
+            .and_then(|cm| read_record(&cm, &pv));
+        plan = plan_with(Some(&pv), Some(record));
     }
     let class = claim
         .spec

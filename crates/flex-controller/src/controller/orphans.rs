@@ -35,18 +35,12 @@ pub(super) async fn run(jobs: impl Stream<Item = Result<Job, watcher::Error>>, c
         .await;
 }
 
-fn cached_pods(ctx: &Context) -> Vec<Arc<Pod>> {
-    ctx.caches.pods.iter().flat_map(|s| s.state()).collect()
-}
-
 /// Cheap on the cache first: only a candidate whose claim and PV the cache does not show
 /// costs reads.
 async fn look_into(ctx: &Context, job: &Job) -> crate::Result<()> {
     let label = |k: &str| job.labels().get(k).cloned().unwrap_or_default();
     let (claim_uid, volume) = (label(LABEL_CLAIM_UID), label(LABEL_VOLUME));
-    let pods = cached_pods(ctx);
-    let pod_refs: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
-    if claim_uid.is_empty() || volume.is_empty() || !is_candidate(job, &pod_refs) {
+    if claim_uid.is_empty() || volume.is_empty() || !is_candidate(job) {
         return Ok(());
     }
     let started = tokio::time::Instant::now();
@@ -79,7 +73,7 @@ async fn look_into(ctx: &Context, job: &Job) -> crate::Result<()> {
     }
     loop {
         let confirmed = confirm(ctx, job, &claim_uid, &volume).await?;
-        let pods = cached_pods(ctx);
+        let pods = ctx.caches.pods_where(|_| true);
         let pod_refs: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
         match plan_orphan(job, &pod_refs, confirmed) {
             OrphanStep::Nothing => return Ok(()),

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    Event as CoreEvent, Node, PersistentVolume, PersistentVolumeClaim, Pod,
+    Event as CoreEvent, Node, PersistentVolume, PersistentVolumeClaim,
 };
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -20,7 +20,7 @@ use crate::claim::{ClaimRequest, NodeInfo};
 use crate::job::{JobOutcome, ProvisionContext, outcome, provision_job};
 use crate::names::{
     ANN_SELECTED_NODE, ANN_STORAGE_CLASS, ANN_STORAGE_PROVISIONER, ANN_STORAGE_PROVISIONER_BETA,
-    LABEL_ACTION, LABEL_CLAIM_UID, pv_name,
+    LABEL_CLAIM_UID, pv_name,
 };
 use crate::plan::claim::{
     ANN_ATTEMPT, ANN_GAVE_UP, ANN_INPUTS, ClaimInputs, ConfigState, Step, inputs_hash,
@@ -32,7 +32,7 @@ use crate::rendered::RenderRequest;
 const RUNNING_RECHECK: Duration = Duration::from_secs(30);
 
 fn is_provision(job: &Job) -> bool {
-    job.labels().get(LABEL_ACTION).map(String::as_str) == Some("provision")
+    super::context::action_is(job.labels(), "provision")
 }
 
 /// How often a claim that waits for a change is looked at anyway.
@@ -72,20 +72,12 @@ pub async fn reconcile(
                 .await;
         }
     }
-    let jobs: Vec<Arc<Job>> = ctx
+    let jobs = ctx
         .caches
-        .jobs
-        .iter()
-        .flat_map(|s| s.state())
-        .filter(|j| is_provision(j) && j.labels().get(LABEL_CLAIM_UID) == Some(&uid))
-        .collect();
-    let pods: Vec<Arc<Pod>> = ctx
+        .jobs_where(|j| is_provision(j) && j.labels().get(LABEL_CLAIM_UID) == Some(&uid));
+    let pods = ctx
         .caches
-        .pods
-        .iter()
-        .flat_map(|s| s.state())
-        .filter(|p| p.labels().get(LABEL_CLAIM_UID) == Some(&uid))
-        .collect();
+        .pods_where(|p| p.labels().get(LABEL_CLAIM_UID) == Some(&uid));
     let pv = ctx.caches.volumes.get(&ObjectRef::new(&pv_name(&uid)));
     let selected = claim.annotations().get(ANN_SELECTED_NODE).cloned();
     let node = match selected {
@@ -122,13 +114,9 @@ pub async fn reconcile(
         true => Some(ctx.starts.turn(&class).await),
         false => None,
     };
-    let class_jobs: Vec<Arc<Job>> = ctx
+    let class_jobs = ctx
         .caches
-        .jobs
-        .iter()
-        .flat_map(|s| s.state())
-        .filter(|j| is_provision(j) && j.annotations().get(ANN_STORAGE_CLASS) == Some(&class))
-        .collect();
+        .jobs_where(|j| is_provision(j) && j.annotations().get(ANN_STORAGE_CLASS) == Some(&class));
     let cached: std::collections::HashSet<&str> = class_jobs
         .iter()
         .filter_map(|j| j.metadata.name.as_deref())

@@ -3,13 +3,11 @@
 //! or an admin's object of a listed kind, read from the API server.
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use kube::ResourceExt;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::reflector::ObjectRef;
 
 use super::context::Context;
 use crate::claim::{ClaimRequest, DataSource};
-use crate::names::ANN_PROVISIONED_BY;
 use crate::quantity::parse_bytes;
 use crate::record::read_record;
 use crate::source::SourceData;
@@ -104,7 +102,7 @@ async fn clone_source(
             "the source claim's volume {volume} is not bound back to it"
         ));
     }
-    if pv.annotations().get(ANN_PROVISIONED_BY) != Some(&ctx.opts.provisioner_name) {
+    if !flex_core::volume::provisioned_by(&pv, &ctx.opts.provisioner_name) {
         return unusable(format!(
             "the source claim {at} is bound to {volume}, which this provisioner did not make; only its own volumes can be cloned"
         ));

@@ -6,21 +6,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
-use super::context::Context;
+use super::context::{Context, action_is};
 use super::{create_or_adopt, gone_is_done};
 use crate::job::{JobOutcome, outcome};
-use crate::names::{ANN_PROVISIONED_BY, LABEL_ACTION, LABEL_CLAIM_UID, LABEL_VOLUME};
+use crate::names::{LABEL_CLAIM_UID, LABEL_VOLUME};
 use crate::plan::volume::{VolumeInputs, VolumePlan, VolumeStep, plan_volume};
-
-fn action_is(labels: &std::collections::BTreeMap<String, String>, action: &str) -> bool {
-    labels.get(LABEL_ACTION).map(String::as_str) == Some(action)
-}
 
 /// The PV's deprovision record, from the API server (only read when a Job may be created):
 /// in the config namespaces alone, which only the controller and kube admins can write.
@@ -46,7 +42,7 @@ pub async fn reconcile_volume(
 ) -> crate::Result<Action> {
     ctx.ready().await;
     let opts = &ctx.opts;
-    if pv.annotations().get(ANN_PROVISIONED_BY) != Some(&opts.provisioner_name) {
+    if !flex_core::volume::provisioned_by(&pv, &opts.provisioner_name) {
         return Ok(Action::await_change());
     }
     let name = pv.name_any();
@@ -55,7 +51,7 @@ pub async fn reconcile_volume(
         .as_ref()
         .and_then(|r| r.uid.clone())
         .unwrap_or_default();
-    let all_jobs: Vec<Arc<Job>> = ctx.caches.jobs.iter().flat_map(|s| s.state()).collect();
+    let all_jobs = ctx.caches.jobs_where(|_| true);
     let provision_jobs: Vec<&Job> = all_jobs
         .iter()
         .map(AsRef::as_ref)
@@ -80,15 +76,9 @@ pub async fn reconcile_volume(
             action_is(j.labels(), "deprovision") && j.labels().get(LABEL_VOLUME) == Some(&name)
         })
         .collect();
-    let pods: Vec<Arc<Pod>> = ctx
-        .caches
-        .pods
-        .iter()
-        .flat_map(|s| s.state())
-        .filter(|p| {
-            p.labels().get(LABEL_VOLUME) == Some(&name) && action_is(p.labels(), "deprovision")
-        })
-        .collect();
+    let pods = ctx.caches.pods_where(|p| {
+        p.labels().get(LABEL_VOLUME) == Some(&name) && action_is(p.labels(), "deprovision")
+    });
     let at = claim_ref
         .as_ref()
         .and_then(|r| Some((r.namespace.clone()?, r.name.clone()?)));

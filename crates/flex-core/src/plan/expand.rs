@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use super::{Notice, reasons};
 use crate::job::{JobOutcome, attempt_of, expand_job, outcome, pod_failure, pods_of};
-use crate::names::{ANN_PROVISIONED_BY, LABEL_SIZE};
+use crate::names::LABEL_SIZE;
 use crate::quantity::parse_bytes;
 use crate::record::Record;
 
@@ -136,12 +136,7 @@ pub fn plan_expand(i: ExpandInputs<'_>) -> ExpandPlan {
     };
     let Some(pv) = i.pv else { return ignore() };
     let pv_name = pv.metadata.name.clone().unwrap_or_default();
-    let ours = pv
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ANN_PROVISIONED_BY))
-        .is_some_and(|p| p == i.provisioner_name);
+    let ours = crate::volume::provisioned_by(pv, i.provisioner_name);
     let bound_to_it = status.phase.as_deref() == Some("Bound")
         && spec.volume_name.as_deref() == Some(pv_name.as_str())
         && pv

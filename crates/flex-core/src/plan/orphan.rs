@@ -39,8 +39,9 @@ pub enum OrphanStep {
 
 /// Whether a cached Job may be an orphan: a succeeded provisioning Job of a
 /// `pv-creator: controller` class with reclaim `Delete`, whose PV the controller never
-/// set out to create. The rest needs the API server.
-pub fn is_candidate(job: &Job, pods: &[&Pod]) -> bool {
+/// set out to create. Read from the Job alone, cheapest first: it is asked of every Job
+/// change; the rest needs the API server.
+pub fn is_candidate(job: &Job) -> bool {
     let pv_created = job
         .metadata
         .annotations
@@ -54,6 +55,8 @@ pub fn is_candidate(job: &Job, pods: &[&Pod]) -> bool {
         .is_some_and(|a| a == "provision");
     provision
         && !pv_created
+        // Success is in the Job's conditions; pods only add failure messages.
+        && outcome(job, &[]) == JobOutcome::Succeeded
         && env_of(job, "PV_CREATOR").as_deref() == Some(PvCreator::Controller.as_str())
         && template(job).is_some_and(|t| {
             t.spec
@@ -61,7 +64,6 @@ pub fn is_candidate(job: &Job, pods: &[&Pod]) -> bool {
                 .as_deref()
                 == Some("Delete")
         })
-        && outcome(job, pods) == JobOutcome::Succeeded
 }
 
 fn template(job: &Job) -> Option<PersistentVolume> {
@@ -70,10 +72,7 @@ fn template(job: &Job) -> Option<PersistentVolume> {
 
 /// The decision for a candidate (see `is_candidate`), from what the API server confirmed.
 pub fn plan_orphan(job: &Job, pods: &[&Pod], confirmed: Confirmed) -> OrphanStep {
-    if !is_candidate(job, pods)
-        || !confirmed.claim_gone
-        || confirmed.pv_exists
-        || confirmed.deprovisioned
+    if !is_candidate(job) || !confirmed.claim_gone || confirmed.pv_exists || confirmed.deprovisioned
     {
         return OrphanStep::Nothing;
     }

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use super::retry::{delay_after, wait_remaining};
 use super::{Notice, reasons};
 use crate::job::{JobOutcome, attempt_of, deprovision_job, outcome, pods_of};
-use crate::names::{ANN_PROVISIONED_BY, ANN_VOLUME_UID, FINALIZER_DEPROVISION};
+use crate::names::{ANN_VOLUME_UID, FINALIZER_DEPROVISION};
 use crate::record::read_record;
 
 /// Set on a PV once its storage is gone (with our finalizer removed in the same write), so
@@ -125,7 +125,7 @@ pub fn state_of(i: &VolumeInputs<'_>) -> VolumeState {
     let pv = i.pv;
     let meta = &pv.metadata;
     let annotation = |k: &str| meta.annotations.as_ref().and_then(|a| a.get(k));
-    if annotation(ANN_PROVISIONED_BY).map(String::as_str) != Some(i.provisioner_name) {
+    if !crate::volume::provisioned_by(pv, i.provisioner_name) {
         return VolumeState::NotOurs;
     }
     if annotation(ANN_DEPROVISIONED).is_some() {

@@ -539,3 +539,17 @@ pub async fn claim_with_pod(sb: &Sandbox, name: &str, class: &str, pod: &str) {
         .await
         .unwrap();
 }
+
+/// Raises claim `name`'s storage request to `size` (a user growing their claim).
+pub async fn grow(sb: &Sandbox, name: &str, size: &str) {
+    Api::<PersistentVolumeClaim>::namespaced(sb.client().unwrap(), "default")
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"spec": {"resources": {"requests": {"storage": size}}}}),
+            ),
+        )
+        .await
+        .unwrap();
+}

@@ -94,10 +94,24 @@ where
     }
 }
 
-/// `(code, reason)` of an API error, panicking on anything else.
-pub fn api_error<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> (u16, String) {
+/// The Status of a refused request; panics when the request was not refused.
+pub fn status_of<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> kube::core::Status {
     match r {
-        Err(kube::Error::Api(s)) => (s.code, s.reason.clone()),
+        Err(kube::Error::Api(s)) => *s,
         other => panic!("expected an API error, got {other:?}"),
     }
+}
+
+/// `(code, reason)` of an API error, panicking on anything else.
+pub fn api_error<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> (u16, String) {
+    let s = status_of(r);
+    (s.code, s.reason)
+}
+
+/// Asserts a 422 Invalid with exactly `message`, and returns the Status for more checks.
+pub fn invalid<T: std::fmt::Debug>(r: Result<T, kube::Error>, message: &str) -> kube::core::Status {
+    let s = status_of(r);
+    assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"), "{s:?}");
+    assert_eq!(s.message, message);
+    s
 }

@@ -83,18 +83,12 @@ fn nothing_is_made_unless_the_api_server_confirmed_it_is_needed() {
 #[test]
 fn only_succeeded_controller_mode_delete_jobs_are_candidates() {
     let p = pod(NFS);
-    assert!(is_candidate(
-        &job("controller", "Delete", Some("nfs")),
-        &[&p]
-    ));
-    assert!(!is_candidate(&job("image", "Delete", Some("nfs")), &[&p]));
-    assert!(!is_candidate(
-        &job("controller", "Retain", Some("nfs")),
-        &[&p]
-    ));
+    assert!(is_candidate(&job("controller", "Delete", Some("nfs"))));
+    assert!(!is_candidate(&job("image", "Delete", Some("nfs"))));
+    assert!(!is_candidate(&job("controller", "Retain", Some("nfs"))));
     let mut running = job("controller", "Delete", Some("nfs"));
     running.status = None;
-    assert!(!is_candidate(&running, &[&p]));
+    assert!(!is_candidate(&running));
     let mut deprovision = job("controller", "Delete", Some("nfs"));
     deprovision
         .metadata
@@ -102,7 +96,7 @@ fn only_succeeded_controller_mode_delete_jobs_are_candidates() {
         .as_mut()
         .unwrap()
         .insert(LABEL_ACTION.into(), "deprovision".into());
-    assert!(!is_candidate(&deprovision, &[&p]));
+    assert!(!is_candidate(&deprovision));
     // Its PV was created once (and perhaps retained and deleted since): never again.
     let mut created = job("controller", "Delete", Some("nfs"));
     created
@@ -110,7 +104,7 @@ fn only_succeeded_controller_mode_delete_jobs_are_candidates() {
         .annotations
         .get_or_insert_with(Default::default)
         .insert(crate::names::ANN_PV_CREATED.into(), "true".into());
-    assert!(!is_candidate(&created, &[&p]));
+    assert!(!is_candidate(&created));
     assert_eq!(plan_orphan(&created, &[&p], CONFIRMED), OrphanStep::Nothing);
 }
 
