@@ -10,6 +10,7 @@ pub mod controller;
 pub mod http;
 pub mod leader;
 pub mod metrics;
+pub mod throttle;
 
 // The moved modules name these as `crate::…`.
 pub(crate) use flex_core::{claim, config, job, names, plan, quantity, record, rendered, source};

@@ -125,6 +125,13 @@ pub struct RunArgs {
     /// Seconds between the leader's renewals and a standby's attempts.
     #[arg(long, default_value_t = 2)]
     pub retry_period_seconds: u64,
+    /// Requests per second to the API server, on average (client-side limit; watches count
+    /// once, when opened).
+    #[arg(long, default_value_t = flex_controller::throttle::Limits::default().qps)]
+    pub kube_api_qps: std::num::NonZeroU32,
+    /// Requests that may go at once, above the average, after a quiet spell.
+    #[arg(long, default_value_t = flex_controller::throttle::Limits::default().burst)]
+    pub kube_api_burst: std::num::NonZeroU32,
     #[command(flatten)]
     pub common: Common,
 }

@@ -51,9 +51,22 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let runtime =
                 tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
             runtime.block_on(async {
-                let client = kube::Client::try_default()
+                let config = kube::Config::infer()
                     .await
                     .context("cannot reach the Kubernetes API (set KUBECONFIG, or run in a pod)")?;
+                if args.kube_api_burst < args.kube_api_qps {
+                    anyhow::bail!(
+                        "--kube-api-burst ({}) must be at least --kube-api-qps ({})",
+                        args.kube_api_burst,
+                        args.kube_api_qps
+                    );
+                }
+                let limits = flex_controller::throttle::Limits {
+                    qps: args.kube_api_qps,
+                    burst: args.kube_api_burst,
+                };
+                let client = flex_controller::throttle::client(config, limits)
+                    .context("cannot build the Kubernetes API client")?;
                 let secs = std::time::Duration::from_secs;
                 let leader =
                     (!args.no_leader_elect).then(|| flex_provisioner::leader::LeaderOptions {

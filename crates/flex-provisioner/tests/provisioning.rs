@@ -365,12 +365,16 @@ async fn the_original_proposal_flow_with_kubectl_create() {
         pv.spec.as_ref().unwrap().host_path.as_ref().unwrap().path,
         "/volumes/kubectl"
     );
-    assert!(
+    // The image made the PV; the controller adds its finalizer once it verified it, which
+    // may be just after the PV controller bound the claim.
+    common::sandbox::eventually(30, "our finalizer on the image's PV", || async {
+        let pv = volumes(&sb).await.pop()?;
         pv.metadata
-            .finalizers
-            .unwrap()
+            .finalizers?
             .contains(&"flex-provisioner.io/deprovision".to_string())
-    );
+            .then_some(())
+    })
+    .await;
 }
 
 /// The controller killed and restarted at every step of the flow: no duplicate Job, no

@@ -1,6 +1,9 @@
-//! `max-concurrent` made strict: the Job cache does not yet hold the Jobs just created, so
-//! counting only what it shows lets a burst start far more. Jobs this controller created are
-//! remembered until the cache shows them, and counting and creating are one step per class.
+//! Jobs created but not cached yet. `max-concurrent` made strict: the Job cache does not yet
+//! hold the Jobs just created, so counting only what it shows lets a burst start far more.
+//! Jobs this controller created are remembered until the cache shows them, and counting and
+//! creating are one step per class. The same memory keeps a claim or volume reconciled
+//! again before its new Job is cached from creating it a second time (a 409, but still a
+//! request).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -16,6 +19,8 @@ pub struct Starts {
     created: Mutex<HashMap<String, Vec<(String, Instant)>>>,
     /// Per class: held from counting the class's active Jobs to creating the next one.
     turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Per owner (a claim uid, a PV uid): the last Job created for it, its attempt, when.
+    latest: Mutex<HashMap<String, (String, u32, Instant)>>,
 }
 
 impl Starts {
@@ -39,6 +44,26 @@ impl Starts {
             .entry(class.to_owned())
             .or_default()
             .push((job.to_owned(), Instant::now()));
+    }
+
+    /// Remembers the Job just created (or adopted) for an owner (a claim or PV uid).
+    pub fn record_for(&self, owner: &str, job: &str, attempt: u32) {
+        self.latest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(owner.to_owned(), (job.to_owned(), attempt, Instant::now()));
+    }
+
+    /// The attempt of the owner's last created Job while the cache does not show it
+    /// (`cached`: whether the cache holds a Job of that name); forgotten once it does.
+    pub fn unseen_for(&self, owner: &str, cached: impl Fn(&str) -> bool) -> Option<u32> {
+        let mut latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
+        let (job, attempt, at) = latest.get(owner)?;
+        if cached(job) || at.elapsed() >= UNSEEN_FOR_AT_MOST {
+            latest.remove(owner);
+            return None;
+        }
+        Some(*attempt)
     }
 
     /// How many of the class's created Jobs the cache does not show yet (`cached`: the names
@@ -74,6 +99,21 @@ mod tests {
         assert_eq!(s.unseen("gold", &HashSet::from(["provision-b"])), 0);
         assert_eq!(s.unseen("silver", &HashSet::new()), 1);
         assert_eq!(s.unseen("bronze", &HashSet::new()), 0);
+    }
+
+    #[test]
+    fn an_owners_job_counts_until_the_cache_shows_it() {
+        let s = Starts::default();
+        assert_eq!(s.unseen_for("claim-1", |_| false), None);
+        s.record_for("claim-1", "provision-1-2", 2);
+        assert_eq!(s.unseen_for("claim-1", |_| false), Some(2));
+        assert_eq!(s.unseen_for("claim-2", |_| false), None);
+        assert_eq!(s.unseen_for("claim-1", |j| j == "provision-1-2"), None);
+        assert_eq!(
+            s.unseen_for("claim-1", |_| false),
+            None,
+            "forgotten once seen"
+        );
     }
 
     #[tokio::test]

@@ -1,52 +1,18 @@
 //! What every reconcile shares: the client, the stores, the event recorder, and what has
 //! already been said (so a notice is published once).
 
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{
-    ConfigMap, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod,
-};
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::Store;
 
 use super::Options;
+pub use super::caches::Caches;
 use super::concurrency::Starts;
 use super::configs::Configs;
 use super::readiness::{Readiness, synced};
 use super::retry::{Failures, Retry, retry_for};
 use super::seen::Seen;
 use crate::plan::{Notice, reasons};
-
-/// The reflector stores decisions read; ConfigMaps, Jobs and pods per config namespace.
-pub struct Caches {
-    pub claims: Store<PersistentVolumeClaim>,
-    pub classes: Store<StorageClass>,
-    pub volumes: Store<PersistentVolume>,
-    pub config_maps: Vec<Store<ConfigMap>>,
-    pub jobs: Vec<Store<Job>>,
-    pub pods: Vec<Store<Pod>>,
-}
-
-impl Caches {
-    /// Our cached Jobs, in every config namespace, that `keep` accepts.
-    pub fn jobs_where(&self, keep: impl Fn(&Job) -> bool) -> Vec<std::sync::Arc<Job>> {
-        self.jobs
-            .iter()
-            .flat_map(|s| s.state())
-            .filter(|j| keep(j))
-            .collect()
-    }
-
-    /// Our Jobs' cached pods, in every config namespace, that `keep` accepts.
-    pub fn pods_where(&self, keep: impl Fn(&Pod) -> bool) -> Vec<std::sync::Arc<Pod>> {
-        self.pods
-            .iter()
-            .flat_map(|s| s.state())
-            .filter(|p| keep(p))
-            .collect()
-    }
-}
 
 /// Whether a Job's or pod's labels name this action (`provision`, `deprovision`, `expand`).
 pub fn action_is(labels: &std::collections::BTreeMap<String, String>, action: &str) -> bool {
@@ -102,14 +68,17 @@ impl Context {
 
     /// The one future that waits on the stores themselves and opens `readiness`.
     pub async fn open_when_synced(&self) {
+        let c = &self.caches;
         let mut stores = vec![
-            synced(self.caches.claims.clone()),
-            synced(self.caches.classes.clone()),
-            synced(self.caches.volumes.clone()),
+            synced(c.claims.store.clone()),
+            synced(c.classes.clone()),
+            synced(c.volumes.clone()),
+            synced(c.nodes.clone()),
         ];
-        stores.extend(self.caches.config_maps.iter().cloned().map(synced));
-        stores.extend(self.caches.jobs.iter().cloned().map(synced));
-        stores.extend(self.caches.pods.iter().cloned().map(synced));
+        stores.extend(c.config_maps.iter().cloned().map(synced));
+        stores.extend(c.jobs.iter().map(|i| synced(i.store.clone())));
+        stores.extend(c.pods.iter().map(|i| synced(i.store.clone())));
+        stores.extend(c.failed_creates.iter().cloned().map(synced));
         self.readiness.open_when_synced(stores).await;
     }
 

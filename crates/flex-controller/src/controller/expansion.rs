@@ -9,7 +9,6 @@ use kube::{Resource, ResourceExt};
 
 use super::context::{Context, action_is};
 use super::create_or_adopt;
-use crate::names::LABEL_CLAIM_UID;
 use crate::plan::expand::{ExpandInputs, ExpandStep, plan_expand};
 use crate::record::read_record;
 
@@ -43,11 +42,10 @@ pub(super) async fn reconcile_expansion(
     if !class_allows {
         return Ok(Action::await_change());
     }
-    let for_this_claim = |labels: &std::collections::BTreeMap<String, String>| {
-        action_is(labels, "expand") && labels.get(LABEL_CLAIM_UID) == Some(&uid)
-    };
-    let jobs = ctx.caches.jobs_where(|j| for_this_claim(j.labels()));
-    let pods = ctx.caches.pods_where(|p| for_this_claim(p.labels()));
+    let mut jobs = ctx.caches.jobs_by(&super::caches::by_claim(&uid));
+    jobs.retain(|j| action_is(j.labels(), "expand"));
+    let mut pods = ctx.caches.pods_by(&super::caches::by_claim(&uid));
+    pods.retain(|p| action_is(p.labels(), "expand"));
     let plan_with = |pv: Option<&PersistentVolume>, record| {
         plan_expand(ExpandInputs {
             claim,

@@ -6,11 +6,17 @@
 //! not bind within its time limit, while this fan-out binds it. Their dispatcher awaits every
 //! subscriber before the watch goes on, and it passes on listed and changed objects but not
 //! deletions. Until that is understood and fixed upstream or here, this fan-out stays.
+//!
+//! The channels are bounded: a controller that falls behind holds the watch back (as
+//! kube-runtime's own streams do) instead of an unbounded queue growing in memory.
 
 use futures::channel::mpsc;
 use futures::stream::BoxStream;
-use futures::{Future, Stream, StreamExt};
+use futures::{Future, SinkExt, Stream, StreamExt};
 use kube::runtime::watcher;
+
+/// Objects each trigger stream holds before the watch waits for it.
+const BUFFERED: usize = 256;
 
 /// `N` trigger streams that each see every object `source` yields, and the future that
 /// drives `source` (it must be polled for as long as the triggers are used).
@@ -26,17 +32,17 @@ pub(super) fn fan_out<K, const N: usize>(
 where
     K: Clone + Send + 'static,
 {
-    let channels: [_; N] = std::array::from_fn(|_| mpsc::unbounded::<K>());
-    let senders: Vec<_> = channels.iter().map(|(tx, _)| tx.clone()).collect();
+    let channels: [_; N] = std::array::from_fn(|_| mpsc::channel::<K>(BUFFERED));
+    let mut senders: Vec<_> = channels.iter().map(|(tx, _)| tx.clone()).collect();
     let triggers = channels.map(|(_, rx)| rx.map(Ok).boxed());
     let drive = async move {
         let mut source = std::pin::pin!(source);
         while let Some(item) = source.next().await {
             match item {
                 Ok(obj) => {
-                    for tx in &senders {
+                    for tx in &mut senders {
                         // A closed receiver means its controller stopped; the others go on.
-                        let _ = tx.unbounded_send(obj.clone());
+                        let _ = tx.send(obj.clone()).await;
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "watch failed; it restarts with backoff"),
@@ -60,5 +66,18 @@ mod tests {
         let b: Vec<_> = b.map(|r| r.unwrap()).collect().await;
         assert_eq!(a, [1, 2]);
         assert_eq!(b, [1, 2]);
+    }
+
+    #[tokio::test]
+    async fn a_trigger_that_is_not_read_holds_the_watch_back_instead_of_queueing() {
+        let source = futures::stream::iter((0..10_000).map(Ok));
+        let ([a, _b], drive) = fan_out::<i32, 2>(source);
+        let driving = tokio::spawn(drive);
+        // `_b` is never read: the watch stops after what the channels hold.
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(!driving.is_finished());
+        let seen = a.take(BUFFERED).count().await;
+        assert_eq!(seen, BUFFERED);
+        driving.abort();
     }
 }

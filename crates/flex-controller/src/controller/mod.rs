@@ -3,11 +3,13 @@
 //! by changes to any of them and a volume controller triggered by PVs and Jobs, both fed
 //! from the same watches. Decisions are made in `plan`; this module fetches and applies.
 
+mod caches;
 mod concurrency;
 mod configs;
 mod context;
 mod expansion;
 mod fan_out;
+mod index;
 mod orphans;
 mod readiness;
 mod reconcile;
@@ -19,17 +21,24 @@ mod volumes;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Event as CoreEvent, Node, PersistentVolume, PersistentVolumeClaim, Pod,
+};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, ListParams};
-use kube::runtime::controller::Controller;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::controller::{self, Controller};
+use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, Resource};
 
 pub use context::{Caches, Context};
+
+/// Reconciles in flight per controller. Unbounded, a restart in a cluster of 50,000 claims
+/// started 50,000 reconciles at once, each holding its state in memory; the rest wait in
+/// kube-runtime's scheduler as a key each.
+const RECONCILES_AT_ONCE: u16 = 64;
 
 use crate::names::{
     ANN_CLAIM, CONFIG_TYPE_VALUE, LABEL_CONFIG_CLASS, LABEL_CONFIG_TYPE, LABEL_MANAGED_BY,
@@ -125,20 +134,23 @@ where
     )
 }
 
-/// Marks a provisioning Job whose PV the controller is about to create from its report
-/// (before the PV: if the create then fails, the worst is storage left for an admin, never
-/// a PV made twice; see plan::orphan).
-async fn mark_pv_created(ctx: &context::Context, job: &Job) -> crate::Result<()> {
+/// Marks a provisioning Job as having had its PV, so that plan::orphan never takes it for
+/// one whose claim was deleted before a PV was made: before the orphan path creates a PV
+/// from it, and before a volume of ours is let go with its storage kept.
+async fn mark_pv_created(
+    ctx: &context::Context,
+    namespace: &str,
+    job: &str,
+) -> Result<Job, kube::Error> {
     let patch =
         serde_json::json!({"metadata": {"annotations": {crate::names::ANN_PV_CREATED: "true"}}});
-    Api::<Job>::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default())
+    Api::<Job>::namespaced(ctx.client.clone(), namespace)
         .patch(
-            &job.name_any(),
+            job,
             &kube::api::PatchParams::default(),
             &kube::api::Patch::Merge(&patch),
         )
-        .await?;
-    Ok(())
+        .await
 }
 
 fn claim_ref_of(
@@ -149,44 +161,46 @@ fn claim_ref_of(
 }
 
 fn claims_of_class(
-    claims: &Store<PersistentVolumeClaim>,
+    claims: &index::Indexed<PersistentVolumeClaim>,
     class: &str,
 ) -> Vec<ObjectRef<PersistentVolumeClaim>> {
-    claims
-        .state()
-        .iter()
-        .filter(|c| {
-            c.spec
-                .as_ref()
-                .and_then(|s| s.storage_class_name.as_deref())
-                == Some(class)
-        })
-        .map(|c| ObjectRef::from_obj(c.as_ref()))
-        .collect()
+    claims.index.get(&caches::by_class(class))
 }
 
-/// A store kept current by a watch, and the stream of objects it saw change (which must be
-/// polled: the controller does, as a trigger).
+/// A store kept current by a watch, indexed by `keys`, with `trim` applied to each object
+/// before it is stored, and the stream of objects it saw change (which must be polled: the
+/// controller does, as a trigger).
 fn reflect<K>(
     api: Api<K>,
     cfg: watcher::Config,
+    trim: impl Fn(&mut K) + Send + 'static,
+    keys: index::KeysOf<K>,
 ) -> (
-    Store<K>,
+    index::Indexed<K>,
     impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
 )
 where
-    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
 {
+    use futures::TryStreamExt;
     let (store, writer) = reflector::store();
-    // Field ownership is never read, and is often the largest part of an object: the
-    // caches hold everything that exists, so it is dropped before an object is stored.
+    let index = Arc::new(index::Index::new(keys));
+    let indexing = index.clone();
+    // Lists are paged (kube's default pages of 500) so a large cluster is never held twice
+    // in memory: as one list response and as the cache.
     let stream = watcher(api, cfg)
         .default_backoff()
-        .modify(|o| o.managed_fields_mut().clear())
+        .modify(trim)
         .reflect(writer)
+        .inspect_ok(move |event| indexing.apply(event))
         .touched_objects();
-    (store, stream)
+    (index::Indexed { store, index }, stream)
 }
 
 /// Keeps the active-Jobs gauge current from the Job cache.
@@ -195,7 +209,7 @@ async fn count_active_jobs(ctx: Arc<Context>) {
     loop {
         tick.tick().await;
         ctx.metrics.active_jobs.reset();
-        for job in ctx.caches.jobs.iter().flat_map(|s| s.state()) {
+        for job in ctx.caches.all_jobs() {
             if crate::job::outcome(&job, &[]) != crate::job::JobOutcome::Running {
                 continue;
             }
@@ -288,58 +302,95 @@ async fn act(
     let lease_client = client.clone();
     let ours = format!("{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}");
     let cfg_selector = format!("{LABEL_CONFIG_TYPE}={CONFIG_TYPE_VALUE}");
+    let provisioner = opts.provisioner_name.clone();
     let (classes, classes_stream) = reflect(
         Api::<StorageClass>::all(client.clone()),
         watcher::Config::default(),
+        caches::trim_meta,
+        caches::no_keys,
     );
     let (volumes, volumes_stream) = reflect(
         Api::<PersistentVolume>::all(client.clone()),
         watcher::Config::default(),
+        caches::trim_volume(&provisioner),
+        caches::no_keys,
+    );
+    // Nodes are read for their names and labels: a cache, not a GET per reconcile. Their
+    // changes trigger nothing (the stream is only drained).
+    let (nodes, nodes_stream) = reflect(
+        Api::<Node>::all(client.clone()),
+        watcher::Config::default(),
+        caches::trim_node,
+        caches::no_keys,
     );
 
     let mut config_maps = Vec::new();
     let mut jobs = Vec::new();
     let mut pods = Vec::new();
+    let mut failed_creates = Vec::new();
     let mut cm_streams = Vec::new();
     let mut job_streams = Vec::new();
     let mut pod_streams = Vec::new();
+    let mut event_streams = Vec::new();
     for ns in &opts.config_namespaces {
         let (s, stream) = reflect(
             Api::<ConfigMap>::namespaced(client.clone(), ns),
             watcher::Config::default().labels(&cfg_selector),
+            caches::trim_meta,
+            caches::no_keys,
         );
-        config_maps.push(s);
+        config_maps.push(s.store);
         cm_streams.push(stream.boxed());
         let (s, stream) = reflect(
             Api::<Job>::namespaced(client.clone(), ns),
             watcher::Config::default().labels(&ours),
+            caches::trim_meta,
+            caches::job_keys,
         );
         jobs.push(s);
         job_streams.push(stream.boxed());
         let (s, stream) = reflect(
             Api::<Pod>::namespaced(client.clone(), ns),
             watcher::Config::default().labels(&ours),
+            caches::trim_pod,
+            caches::pod_keys,
         );
         pods.push(s);
         pod_streams.push(stream.boxed());
+        // Why a Job has no pod (a missing ServiceAccount, a quota): watched, not listed per
+        // reconcile.
+        let (s, stream) = reflect(
+            Api::<CoreEvent>::namespaced(client.clone(), ns),
+            watcher::Config::default().fields("reason=FailedCreate,involvedObject.kind=Job"),
+            caches::trim_meta,
+            caches::no_keys,
+        );
+        failed_creates.push(s.store);
+        event_streams.push(stream.boxed());
     }
 
     let (claims, claims_stream) = reflect(
         Api::<PersistentVolumeClaim>::all(client.clone()),
         watcher::Config::default(),
+        caches::trim_claim(&provisioner),
+        caches::claim_keys,
     );
-    let controller = Controller::for_stream(claims_stream, claims.clone());
+    let config = controller::Config::default().concurrency(RECONCILES_AT_ONCE);
+    let controller =
+        Controller::for_stream(claims_stream, claims.store.clone()).with_config(config.clone());
     let ctx = Arc::new(Context::new(
         client,
         opts,
         metrics,
         Caches {
             claims: claims.clone(),
-            classes: classes.clone(),
-            volumes: volumes.clone(),
+            classes: classes.store.clone(),
+            volumes: volumes.store.clone(),
+            nodes: nodes.store,
             config_maps,
-            jobs,
+            jobs: jobs.clone(),
             pods,
+            failed_creates,
         },
     ));
 
@@ -354,6 +405,7 @@ async fn act(
     let synced = async move { synced_ctx.open_when_synced().await };
     // Part of the controllers' future, so it stops with them rather than outliving `run`.
     let gauge = count_active_jobs(ctx.clone());
+    let drain_nodes = nodes_stream.for_each(|_| async {});
 
     // PVs and our Jobs trigger both controllers (and Jobs the orphan check) from one watch each.
     let ([volumes_for_claims, volumes_for_volumes], share_volumes) =
@@ -363,7 +415,8 @@ async fn act(
     let orphans_run = orphans::run(jobs_for_orphans, ctx.clone());
 
     // Volumes: a second controller, triggered by its PVs and its deprovision Jobs.
-    let volumes_controller = Controller::for_stream(volumes_for_volumes, volumes.clone())
+    let volumes_controller = Controller::for_stream(volumes_for_volumes, volumes.store.clone())
+        .with_config(config)
         .watches_stream(jobs_for_volumes, |job: Job| {
             // Its own volume, and a clone's source, which waits for the copy to finish.
             let own = job
@@ -390,7 +443,8 @@ async fn act(
             if let Err(e) = result {
                 tracing::debug!(error = %e, "volume reconcile failed; it is retried");
             }
-        });
+        })
+        .boxed();
 
     let by_class = claims.clone();
     let by_config = claims.clone();
@@ -401,6 +455,16 @@ async fn act(
         .watches_stream(futures::stream::select_all(pod_streams), |pod: Pod| {
             claim_ref_of(pod.meta().annotations.as_ref())
         })
+        // A FailedCreate event names its Job; the Job names its claim.
+        .watches_stream(
+            futures::stream::select_all(event_streams),
+            move |ev: CoreEvent| {
+                let o = &ev.involved_object;
+                let at = ObjectRef::<Job>::new(o.name.as_deref()?).within(o.namespace.as_deref()?);
+                let job = jobs.iter().find_map(|j| j.store.get(&at))?;
+                claim_ref_of(job.meta().annotations.as_ref())
+            },
+        )
         .watches_stream(volumes_for_claims, |pv: PersistentVolume| {
             let r = pv.spec?.claim_ref?;
             Some(ObjectRef::new(r.name.as_deref()?).within(r.namespace.as_deref()?))
@@ -426,7 +490,10 @@ async fn act(
             if let Err(e) = result {
                 tracing::debug!(error = %e, "reconcile failed; it is retried");
             }
-        });
+        })
+        // On the heap: with its many trigger streams this future is large, and tests run
+        // the controller on a thread with a small stack.
+        .boxed();
     let controllers = async {
         futures::join!(
             claims_run,
@@ -434,6 +501,7 @@ async fn act(
             orphans_run,
             share_volumes,
             share_jobs,
+            drain_nodes,
             gauge,
             synced,
             mark_ready

@@ -47,12 +47,7 @@ async fn look_into(ctx: &Context, job: &Job) -> crate::Result<()> {
     // A claim still shown, but being deleted, is waited out: the Job's next event may be
     // its removal, long after its pod (and report) is gone.
     loop {
-        let claim = ctx
-            .caches
-            .claims
-            .state()
-            .into_iter()
-            .find(|c| c.uid().as_deref() == Some(claim_uid.as_str()));
+        let claim = ctx.caches.claim_with_uid(&claim_uid);
         match claim {
             None => break,
             Some(c)
@@ -73,7 +68,7 @@ async fn look_into(ctx: &Context, job: &Job) -> crate::Result<()> {
     }
     loop {
         let confirmed = confirm(ctx, job, &claim_uid, &volume).await?;
-        let pods = ctx.caches.pods_where(|_| true);
+        let pods = ctx.caches.pods_by(&super::caches::by_claim(&claim_uid));
         let pod_refs: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
         match plan_orphan(job, &pod_refs, confirmed) {
             OrphanStep::Nothing => return Ok(()),
@@ -92,7 +87,8 @@ async fn look_into(ctx: &Context, job: &Job) -> crate::Result<()> {
                 return Ok(());
             }
             OrphanStep::CreatePv(pv) => {
-                super::mark_pv_created(ctx, job).await?;
+                super::mark_pv_created(ctx, &job.namespace().unwrap_or_default(), &job.name_any())
+                    .await?;
                 tracing::info!(job = %job.name_any(), volume = %volume, "the claim was deleted while its Job ran; its volume is created to be deprovisioned");
                 return match Api::<PersistentVolume>::all(ctx.client.clone())
                     .create(&PostParams::default(), &pv)

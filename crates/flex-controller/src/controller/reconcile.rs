@@ -4,23 +4,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{
-    Event as CoreEvent, Node, PersistentVolume, PersistentVolumeClaim,
-};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
+use super::caches::{by_claim, by_class};
 use super::configs::Resolved;
 use super::context::Context;
 use super::{create_or_adopt, gone_is_done};
 use crate::claim::{ClaimRequest, NodeInfo};
 use crate::job::{JobOutcome, ProvisionContext, outcome, provision_job};
 use crate::names::{
-    ANN_SELECTED_NODE, ANN_STORAGE_CLASS, ANN_STORAGE_PROVISIONER, ANN_STORAGE_PROVISIONER_BETA,
-    LABEL_CLAIM_UID, pv_name,
+    ANN_SELECTED_NODE, ANN_STORAGE_PROVISIONER, ANN_STORAGE_PROVISIONER_BETA, pv_name,
 };
 use crate::plan::claim::{
     ANN_ATTEMPT, ANN_GAVE_UP, ANN_INPUTS, ClaimInputs, ConfigState, Step, inputs_hash,
@@ -72,21 +70,18 @@ pub async fn reconcile(
                 .await;
         }
     }
-    let jobs = ctx
-        .caches
-        .jobs_where(|j| is_provision(j) && j.labels().get(LABEL_CLAIM_UID) == Some(&uid));
-    let pods = ctx
-        .caches
-        .pods_where(|p| p.labels().get(LABEL_CLAIM_UID) == Some(&uid));
+    let mut jobs = ctx.caches.jobs_by(&by_claim(&uid));
+    jobs.retain(|j| is_provision(j));
+    let pods = ctx.caches.pods_by(&by_claim(&uid));
     let pv = ctx.caches.volumes.get(&ObjectRef::new(&pv_name(&uid)));
-    let selected = claim.annotations().get(ANN_SELECTED_NODE).cloned();
-    let node = match selected {
-        Some(name) => Api::<Node>::all(ctx.client.clone())
-            .get_opt(&name)
-            .await?
-            .map(|n| NodeInfo::from_node(&n)),
-        None => None,
-    };
+    let node = claim
+        .annotations()
+        .get(ANN_SELECTED_NODE)
+        .and_then(|name| ctx.caches.nodes.get(&ObjectRef::new(name)))
+        .map(|n| NodeInfo::from_node(&n));
+    let created_attempt = ctx
+        .starts
+        .unseen_for(&uid, |name| jobs.iter().any(|j| j.name_any() == name));
     // Rendering is CPU work bounded by its budget (time and bytes): it runs on a blocking
     // thread, so a hostile template or claim never stalls the reconciles of other classes.
     let ours = [ANN_STORAGE_PROVISIONER, ANN_STORAGE_PROVISIONER_BETA]
@@ -114,9 +109,7 @@ pub async fn reconcile(
         true => Some(ctx.starts.turn(&class).await),
         false => None,
     };
-    let class_jobs = ctx
-        .caches
-        .jobs_where(|j| is_provision(j) && j.annotations().get(ANN_STORAGE_CLASS) == Some(&class));
+    let class_jobs = ctx.caches.jobs_by(&by_class(&class));
     let cached: std::collections::HashSet<&str> = class_jobs
         .iter()
         .filter_map(|j| j.metadata.name.as_deref())
@@ -161,6 +154,7 @@ pub async fn reconcile(
             retry_base: opts.retry_base,
             now: jiff::Timestamp::now(),
             source: source.as_ref(),
+            created_attempt,
         };
         plan_claim_with(&inputs, rendered.clone())
     };
@@ -202,9 +196,6 @@ pub async fn reconcile(
         Step::Throttled => Action::requeue(Duration::from_secs(5)),
         Step::AwaitPvRemoval | Step::AwaitReport => Action::requeue(Duration::from_secs(1)),
         Step::CreatePv { pv } => {
-            if let Some(job) = jobs.iter().max_by_key(|j| crate::job::attempt_of(j)) {
-                super::mark_pv_created(&ctx, job).await?;
-            }
             // A conflict: it exists already (ours from an earlier reconcile, or someone
             // else's); either way the next plan, from the cache, judges what is there.
             match Api::<PersistentVolume>::all(ctx.client.clone())
@@ -223,9 +214,21 @@ pub async fn reconcile(
             starting_problems(&ctx, &on, &jobs, attempt).await;
             Action::requeue(RUNNING_RECHECK)
         }
-        Step::GiveUp => {
+        Step::RecordAttempt { attempt, wait } => {
+            // Once, and only because the failed Job expires before the next attempt: under
+            // the claim's resourceVersion, so a conflict re-plans from the fresh claim.
+            let patch = json!({"metadata": {"annotations": {ANN_ATTEMPT: attempt.to_string()},
+                                            "resourceVersion": claim.resource_version()}});
+            gone_is_done(
+                claims
+                    .patch(&claim_name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await,
+            )?;
+            Action::requeue(wait)
+        }
+        Step::GiveUp { attempt } => {
             // Under the claim's resourceVersion: a conflict re-plans from the fresh claim.
-            let patch = json!({"metadata": {"annotations": {ANN_GAVE_UP: hash},
+            let patch = json!({"metadata": {"annotations": {ANN_GAVE_UP: hash, ANN_ATTEMPT: attempt.to_string()},
                                             "resourceVersion": claim.resource_version()}});
             gone_is_done(
                 claims
@@ -296,6 +299,7 @@ pub async fn reconcile(
             // Already created (by an earlier run of this controller): adopted.
             create_or_adopt(&ctx, &job).await?;
             ctx.starts.record(&class, &job_name);
+            ctx.starts.record_for(&uid, &job_name, attempt);
             ctx.tell(&on, &class, &[Notice::normal(
                     format!("provisioning/{uid}/{attempt}"),
                     reasons::PROVISIONING,
@@ -303,23 +307,14 @@ pub async fn reconcile(
                 ).about(&job).action("Provision")],
             )
             .await;
-            // One key of the claim's annotations, merged: it cannot drop what another writer
-            // set (unlike a list), and it must land even while the claim changes under us
-            // (the PV controller writes it during a burst), or a Job's TTL could make the
-            // attempt number go back.
-            let patch = json!({"metadata": {"annotations": {ANN_ATTEMPT: attempt.to_string()}}});
-            gone_is_done(
-                claims
-                    .patch(&claim_name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await,
-            )?;
             Action::requeue(RUNNING_RECHECK)
         }
     })
 }
 
 /// A Job whose pod could not even be created (a missing ServiceAccount, a quota) leaves no
-/// pod to look at; the Job controller's FailedCreate event says why.
+/// pod to look at; the Job controller's FailedCreate event, which the controller watches,
+/// says why.
 async fn starting_problems(
     ctx: &Context,
     on: &k8s_openapi::api::core::v1::ObjectReference,
@@ -337,16 +332,7 @@ async fn starting_problems(
         if !no_pods {
             continue;
         }
-        let events: Api<CoreEvent> =
-            Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
-        let lp = ListParams::default().fields(&format!(
-            "involvedObject.name={},reason=FailedCreate",
-            job.name_any()
-        ));
-        let Ok(list) = events.list(&lp).await else {
-            continue;
-        };
-        if let Some(ev) = list.items.last() {
+        if let Some(ev) = ctx.caches.failed_create(job) {
             let message = format!(
                 "attempt {attempt}: the Job {} cannot create its pod: {}",
                 job.name_any(),

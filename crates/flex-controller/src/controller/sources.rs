@@ -69,6 +69,7 @@ async fn clone_source(
     let Some(source) = ctx
         .caches
         .claims
+        .store
         .get(&ObjectRef::<PersistentVolumeClaim>::new(&ds.name).within(&claim.namespace))
     else {
         return unusable(format!("the source claim {at} does not exist"));

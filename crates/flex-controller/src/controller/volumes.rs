@@ -12,10 +12,10 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
+use super::caches::{by_claim, by_source, by_volume};
 use super::context::{Context, action_is};
 use super::{create_or_adopt, gone_is_done};
 use crate::job::{JobOutcome, outcome};
-use crate::names::{LABEL_CLAIM_UID, LABEL_VOLUME};
 use crate::plan::volume::{VolumeInputs, VolumePlan, VolumeStep, plan_volume};
 
 /// The PV's deprovision record, from the API server (only read when a Job may be created):
@@ -51,44 +51,51 @@ pub async fn reconcile_volume(
         .as_ref()
         .and_then(|r| r.uid.clone())
         .unwrap_or_default();
-    let all_jobs = ctx.caches.jobs_where(|_| true);
-    let provision_jobs: Vec<&Job> = all_jobs
+    let claim_jobs = match claim_uid.as_str() {
+        "" => vec![],
+        uid => ctx.caches.jobs_by(&by_claim(uid)),
+    };
+    let copying_jobs = ctx.caches.jobs_by(&by_source(&name));
+    let volume_jobs = ctx.caches.jobs_by(&by_volume(&name));
+    let provision_jobs: Vec<&Job> = claim_jobs
         .iter()
         .map(AsRef::as_ref)
-        .filter(|j| {
-            action_is(j.labels(), "provision")
-                && j.labels().get(LABEL_CLAIM_UID) == Some(&claim_uid)
-        })
+        .filter(|j| action_is(j.labels(), "provision"))
         .collect();
     // A provisioning or expansion pod still at work on the volume is waited for, and so is
     // a clone's provisioning pod still copying from it.
-    let provisioning = all_jobs.iter().any(|j| {
-        let on_it = (action_is(j.labels(), "provision") || action_is(j.labels(), "expand"))
-            && j.labels().get(LABEL_CLAIM_UID) == Some(&claim_uid);
-        let copying = action_is(j.labels(), "provision")
-            && j.annotations().get(crate::names::ANN_SOURCE_VOLUME) == Some(&name);
-        (on_it || copying) && outcome(j, &[]) == JobOutcome::Running
-    });
-    let jobs: Vec<&Job> = all_jobs
+    let provisioning = claim_jobs
+        .iter()
+        .filter(|j| action_is(j.labels(), "provision") || action_is(j.labels(), "expand"))
+        .chain(copying_jobs.iter())
+        .any(|j| outcome(j, &[]) == JobOutcome::Running);
+    let jobs: Vec<&Job> = volume_jobs
         .iter()
         .map(AsRef::as_ref)
-        .filter(|j| {
-            action_is(j.labels(), "deprovision") && j.labels().get(LABEL_VOLUME) == Some(&name)
-        })
+        .filter(|j| action_is(j.labels(), "deprovision"))
         .collect();
-    let pods = ctx.caches.pods_where(|p| {
-        p.labels().get(LABEL_VOLUME) == Some(&name) && action_is(p.labels(), "deprovision")
-    });
+    let mut pods = ctx.caches.pods_by(&by_volume(&name));
+    pods.retain(|p| action_is(p.labels(), "deprovision"));
+    let pv_uid = pv.uid().unwrap_or_default();
+    // A deprovision Job created a moment ago that the watch has not delivered yet.
+    if ctx
+        .starts
+        .unseen_for(&pv_uid, |job| jobs.iter().any(|j| j.name_any() == job))
+        .is_some()
+    {
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
     let at = claim_ref
         .as_ref()
         .and_then(|r| Some((r.namespace.clone()?, r.name.clone()?)));
     let cached = at
         .as_ref()
-        .and_then(|(ns, n)| ctx.caches.claims.get(&ObjectRef::new(n).within(ns)));
+        .and_then(|(ns, n)| ctx.caches.claims.store.get(&ObjectRef::new(n).within(ns)));
     let plan_with = |pv: &PersistentVolume,
                      claim: Option<&PersistentVolumeClaim>,
                      record: Option<&ConfigMap>,
-                     confirmed: bool|
+                     confirmed: bool,
+                     record_read: bool|
      -> VolumePlan {
         plan_volume(&VolumeInputs {
             pv,
@@ -97,6 +104,7 @@ pub async fn reconcile_volume(
             provisioner_name: &opts.provisioner_name,
             claim,
             claim_confirmed: confirmed,
+            record_read,
             provisioning,
             jobs: jobs.clone(),
             pods: pods.iter().map(AsRef::as_ref).collect(),
@@ -105,7 +113,13 @@ pub async fn reconcile_volume(
             now: jiff::Timestamp::now(),
         })
     };
-    let mut plan = plan_with(&pv, cached.as_deref(), None, false);
+    let mut plan = plan_with(&pv, cached.as_deref(), None, false, false);
+    if plan.step == VolumeStep::ReadRecord {
+        // Kubernetes released the volume and it is being deleted: its claim is known gone,
+        // and only the record (which says what to run) is read.
+        let record = fetch_record(&ctx, &pv).await?;
+        plan = plan_with(&pv, cached.as_deref(), record.as_ref(), false, true);
+    }
     if plan.step == VolumeStep::ConfirmClaim {
         // The PV too is read afresh: a volume cached as Released may have been re-bound
         // since (its claimRef cleared and taken by a new claim).
@@ -125,7 +139,7 @@ pub async fn reconcile_volume(
             None => None,
         };
         let record = fetch_record(&ctx, &fresh).await?;
-        plan = plan_with(&fresh, fetched.as_ref(), record.as_ref(), true);
+        plan = plan_with(&fresh, fetched.as_ref(), record.as_ref(), true, true);
     }
     let on = pv.object_ref(&());
     let class = pv
@@ -138,7 +152,9 @@ pub async fn reconcile_volume(
     Ok(match plan.step {
         VolumeStep::Ignore => Action::await_change(),
         // Only returned before the API server was asked, and it was asked above.
-        VolumeStep::ConfirmClaim => Action::requeue(Duration::from_secs(1)),
+        VolumeStep::ConfirmClaim | VolumeStep::ReadRecord => {
+            Action::requeue(Duration::from_secs(1))
+        }
         VolumeStep::Wait(wait) => Action::requeue(wait),
         VolumeStep::Patch(patch) => {
             gone_is_done(
@@ -147,11 +163,24 @@ pub async fn reconcile_volume(
             )?;
             Action::await_change()
         }
-        VolumeStep::Delete { uid } => {
+        VolumeStep::KeepStorage { patch, mark_jobs } => {
+            for (ns, job) in &mark_jobs {
+                gone_is_done(super::mark_pv_created(&ctx, ns, job).await)?;
+            }
+            gone_is_done(
+                pvs.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await,
+            )?;
+            Action::await_change()
+        }
+        VolumeStep::Delete {
+            uid,
+            resource_version,
+        } => {
             let dp = DeleteParams {
                 preconditions: Some(Preconditions {
                     uid: Some(uid),
-                    resource_version: None,
+                    resource_version,
                 }),
                 ..DeleteParams::background()
             };
@@ -185,6 +214,8 @@ pub async fn reconcile_volume(
         }
         VolumeStep::CreateJob(job) => {
             create_or_adopt(&ctx, job.as_ref()).await?;
+            ctx.starts
+                .record_for(&pv_uid, &job.name_any(), crate::job::attempt_of(&job));
             Action::requeue(crate::plan::volume::RUNNING_RECHECK)
         }
     })

@@ -22,9 +22,15 @@ use crate::volume::{Expected, PvCheck, pv_template, pv_with_source, verify};
 /// Annotation on a provisioning Job: a hash of what the attempt was made from, so a
 /// permanent failure is retried only once the claim or the configuration changed.
 pub const ANN_INPUTS: &str = "flex-provisioner.io/inputs";
-/// Annotations on the claim: the last attempt started, and the inputs a permanent failure
-/// gave up on (both survive the Jobs' TTL).
+/// Annotations on the claim: the number of the last failed attempt, written only when its
+/// Job would expire (ttlSecondsAfterFinished) before the next attempt starts or when the
+/// controller gives up, and the inputs a permanent failure gave up on. While the Jobs exist
+/// they are the record; the user's claim is not written per attempt.
 pub const ANN_ATTEMPT: &str = "flex-provisioner.io/attempt";
+
+/// A failed Job is recorded on its claim when it expires less than this before the next
+/// attempt is due (the controller may be busy, or restarting, at that moment).
+const EXPIRY_MARGIN: Duration = Duration::from_secs(120);
 pub const ANN_GAVE_UP: &str = "flex-provisioner.io/gave-up";
 
 /// The class configuration as the controller has it.
@@ -57,6 +63,9 @@ pub struct ClaimInputs<'a> {
     pub now: jiff::Timestamp,
     /// What the claim's data source resolved to, when it has one the class lists.
     pub source: Option<&'a crate::source::SourceData>,
+    /// The latest attempt whose Job this controller created but the Job cache does not show
+    /// yet: it counts as running, so no second create (and no second request) is made.
+    pub created_attempt: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -71,8 +80,11 @@ pub enum Step {
     /// controller may not read): nothing about this claim will change when it can, so it is
     /// looked at again soon.
     AwaitSource,
-    /// Give up for good on these inputs (recorded on the claim).
-    GiveUp,
+    /// Give up for good on these inputs (recorded on the claim, with the attempt number).
+    GiveUp { attempt: u32 },
+    /// Record the failed attempt's number on the claim (its Job expires before the next
+    /// attempt is due), then wait this long before the next one.
+    RecordAttempt { attempt: u32, wait: Duration },
     /// Create the Job for this attempt.
     Start {
         attempt: u32,
@@ -403,10 +415,11 @@ pub fn plan_claim_with(
     };
     let by_controller = config.provisioner.pv_creator == PvCreator::Controller;
     let latest = i.jobs.iter().copied().max_by_key(|j| attempt_of(j));
-    let recorded: u32 = annotation(i.claim, ANN_ATTEMPT)
+    let on_claim: u32 = annotation(i.claim, ANN_ATTEMPT)
         .and_then(|a| a.parse().ok())
         .unwrap_or(0);
-    // A recorded attempt newer than any Job we see: its Job is not in our cache yet.
+    let recorded = on_claim.max(i.created_attempt.unwrap_or(0));
+    // An attempt created here that is newer than any Job we see: not in our cache yet.
     let catching_up = latest.is_some_and(|j| attempt_of(j) < recorded);
     let attempt = latest.map(attempt_of).unwrap_or(recorded);
     // With `pv-creator: controller`, what the latest attempt's pod reported.
@@ -561,10 +574,15 @@ pub fn plan_claim_with(
         if gave_up {
             return plan(Step::Blocked, notices);
         }
-        // No Job at all: either none was made yet, or the recorded attempt's Job is not in
-        // the cache yet or was cleaned up by its TTL. Creating that attempt's Job again is
-        // safe: an existing one is adopted.
-        return start(recorded.max(1), notices);
+        // Created here a moment ago: the watch has not delivered it yet.
+        if let Some(attempt) = i.created_attempt {
+            return plan(Step::Running { attempt }, notices);
+        }
+        // No Job at all: either none was made yet, or the last recorded failure's Job was
+        // cleaned up by its TTL (the next attempt follows it), or it is not in the cache yet
+        // after a restart. Creating an attempt's Job again is safe: an existing one is
+        // adopted.
+        return start(if on_claim == 0 { 1 } else { on_claim + 1 }, notices);
     };
     if catching_up {
         return plan(Step::Running { attempt: recorded }, notices);
@@ -657,7 +675,14 @@ pub fn plan_claim_with(
             .about(job)
             .action("GiveUp"),
         );
-        return plan(if gave_up { Step::Blocked } else { Step::GiveUp }, notices);
+        return plan(
+            if gave_up {
+                Step::Blocked
+            } else {
+                Step::GiveUp { attempt }
+            },
+            notices,
+        );
     }
     if permanent || out_of_attempts {
         // The claim or configuration changed since: a fresh try.
@@ -681,6 +706,15 @@ pub fn plan_claim_with(
     if remaining.is_zero() {
         return start(attempt + 1, notices);
     }
+    if on_claim < attempt && expires_before(job, at, remaining + EXPIRY_MARGIN, i.now) {
+        return plan(
+            Step::RecordAttempt {
+                attempt,
+                wait: remaining,
+            },
+            notices,
+        );
+    }
     plan(
         Step::Backoff {
             next_attempt: attempt + 1,
@@ -688,6 +722,22 @@ pub fn plan_claim_with(
         },
         notices,
     )
+}
+
+/// Whether a finished Job is removed by its TTL within `within` from now.
+fn expires_before(
+    job: &Job,
+    finished: Option<jiff::Timestamp>,
+    within: Duration,
+    now: jiff::Timestamp,
+) -> bool {
+    let ttl = job.spec.as_ref().and_then(|s| s.ttl_seconds_after_finished);
+    let (Some(ttl), Some(finished)) = (ttl, finished) else {
+        return false;
+    };
+    let expiry = finished + jiff::SignedDuration::from_secs(i64::from(ttl.max(0)));
+    let within = jiff::SignedDuration::try_from(within).unwrap_or(jiff::SignedDuration::MAX);
+    now.duration_until(expiry) <= within
 }
 
 #[cfg(test)]

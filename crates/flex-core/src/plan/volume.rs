@@ -30,8 +30,12 @@ pub struct VolumeInputs<'a> {
     /// The claim at the PV's claimRef namespace/name, if one exists (whatever its uid).
     pub claim: Option<&'a PersistentVolumeClaim>,
     /// `claim` was read from the API server for this decision. A cache may lag behind, so
-    /// only the API server's answer may lead to storage being destroyed.
+    /// only the API server's answer may lead to storage being destroyed, unless Kubernetes
+    /// itself released the volume (see `released_by_kubernetes`).
     pub claim_confirmed: bool,
+    /// `record` was read from the API server for this decision (`None` there: it does not
+    /// exist); with `claim_confirmed`, it always was.
+    pub record_read: bool,
     /// A provisioning Job of the claim is still running (its pod may still be working).
     pub provisioning: bool,
     /// The PV's deprovision record (read from the API server with the claim), if any.
@@ -73,8 +77,12 @@ pub enum VolumeState {
 pub enum VolumeStep {
     /// Nothing to do until the PV, its claim or its Jobs change.
     Ignore,
-    /// The decision may destroy storage: read the claim from the API server, then plan again.
+    /// The decision may destroy storage: read the claim (and the PV and its record) from the
+    /// API server, then plan again.
     ConfirmClaim,
+    /// The claim is known gone (Kubernetes released the volume): read only the record from
+    /// the API server, then plan again.
+    ReadRecord,
     /// A Job runs, or a retry is due after this long.
     Wait(Duration),
     /// Write this deprovision record (built from the provisioning Job that made the PV),
@@ -86,8 +94,19 @@ pub enum VolumeStep {
     Patch(Value),
     /// The storage is gone: record it and drop our finalizer (a patch as above).
     Finish(Value),
-    /// Delete the PV object, provided it still has this uid.
-    Delete { uid: String },
+    /// Delete the PV object, provided it still has this uid (and, when given, this
+    /// resourceVersion: the decision rested on that version).
+    Delete {
+        uid: String,
+        resource_version: Option<String>,
+    },
+    /// Let a deleted PV go without touching its storage (a patch as above), after marking
+    /// these provisioning Jobs (namespace, name) as having had their PV, so that no Job of
+    /// a volume kept this way is ever taken for an orphan (see plan::orphan).
+    KeepStorage {
+        patch: Value,
+        mark_jobs: Vec<(String, String)>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -184,24 +203,78 @@ pub fn plan_volume(i: &VolumeInputs<'_>) -> VolumePlan {
         }
         VolumeState::Deprovisioned if !deleting => done(VolumeStep::Delete {
             uid: pv.metadata.uid.clone().unwrap_or_default(),
+            resource_version: None,
         }),
         VolumeState::Deprovisioned => done(VolumeStep::Ignore),
-        VolumeState::DeletedRetain if has_finalizer(pv) => {
-            done(VolumeStep::Patch(finalizer_patch(pv, json!({}))))
-        }
+        VolumeState::DeletedRetain if has_finalizer(pv) => done(VolumeStep::KeepStorage {
+            patch: finalizer_patch(pv, json!({})),
+            mark_jobs: i
+                .provision_jobs
+                .iter()
+                .filter(|j| crate::plan::orphan::is_candidate(j))
+                .map(|j| {
+                    (
+                        j.metadata.namespace.clone().unwrap_or_default(),
+                        j.metadata.name.clone().unwrap_or_default(),
+                    )
+                })
+                .collect(),
+        }),
         VolumeState::DeletedRetain => done(VolumeStep::Ignore),
         // Someone removed our finalizer: the object is going; running a Job now would race
         // with nothing left to record its outcome on.
         VolumeState::DeletedDelete if !has_finalizer(pv) => done(VolumeStep::Ignore),
+        // Released by Kubernetes and no deprovision of it begun: the PV is deleted first,
+        // under the version that showed it released (our finalizer keeps it while its
+        // storage is destroyed, and Kubernetes never binds a PV being deleted). That write is
+        // the confirmation: no read of the claim is needed.
+        // The cache still showing the claim is the one disagreement asked about first.
+        VolumeState::Released if !i.claim_confirmed && cache_shows_claim(i) => {
+            done(VolumeStep::ConfirmClaim)
+        }
+        VolumeState::Released if !i.jobs.iter().any(|j| of_this_pv(j, pv)) => {
+            done(VolumeStep::Delete {
+                uid: pv.metadata.uid.clone().unwrap_or_default(),
+                resource_version: pv.metadata.resource_version.clone(),
+            })
+        }
         VolumeState::DeletedDelete | VolumeState::Released => {
             let mut p = deprovision(i);
             p.state = state;
-            if matches!(p.step, VolumeStep::CreateJob(_)) && !i.claim_confirmed {
+            if matches!(p.step, VolumeStep::CreateJob(_)) && !claim_known_gone(i) {
                 p.step = VolumeStep::ConfirmClaim;
             }
             p
         }
     }
+}
+
+/// Whether the cache shows the claim the PV's claimRef names, with its uid.
+fn cache_shows_claim(i: &VolumeInputs<'_>) -> bool {
+    let ref_uid =
+        i.pv.spec
+            .as_ref()
+            .and_then(|s| s.claim_ref.as_ref())
+            .and_then(|r| r.uid.as_deref());
+    ref_uid.is_some() && i.claim.and_then(|c| c.metadata.uid.as_deref()) == ref_uid
+}
+
+/// Whether a deprovision Job was made for this very PV (not an earlier one of its name).
+fn of_this_pv(job: &Job, pv: &PersistentVolume) -> bool {
+    let pv_uid = pv.metadata.uid.as_deref().unwrap_or_default();
+    job.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANN_VOLUME_UID))
+        .is_some_and(|u| u == pv_uid)
+}
+
+/// The claim of a deleted volume is known gone without asking: Kubernetes released the
+/// volume (the PV controller confirms with the API server before it does), and a PV being
+/// deleted is never bound again. Otherwise only the API server's answer counts.
+fn claim_known_gone(i: &VolumeInputs<'_>) -> bool {
+    let released = i.pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released");
+    i.claim_confirmed || (released && i.pv.metadata.deletion_timestamp.is_some())
 }
 
 /// Storage to be destroyed: wait for a provisioning pod still at work, then run the
@@ -230,8 +303,9 @@ fn deprovision(i: &VolumeInputs<'_>) -> VolumePlan {
             .find_map(|j| crate::record::record_from_job(pv, j))
     };
     let create = |attempt: u32, mut notices: Vec<Notice>| match read() {
-        // The claim and the record are read from the API server together, right before.
-        _ if !i.claim_confirmed => plan(VolumeStep::ConfirmClaim, notices),
+        // The claim and the record are read from the API server right before.
+        _ if !claim_known_gone(i) => plan(VolumeStep::ConfirmClaim, notices),
+        _ if !i.claim_confirmed && !i.record_read => plan(VolumeStep::ReadRecord, notices),
         Err(_) if i.record.is_none() && from_job().is_some() => plan(
             VolumeStep::WriteRecord(Box::new(from_job().expect("checked"))),
             notices,
@@ -261,14 +335,7 @@ fn deprovision(i: &VolumeInputs<'_>) -> VolumePlan {
         }
     };
     // Jobs of an earlier PV of the same name only take up attempt numbers (Job names).
-    let pv_uid = pv.metadata.uid.as_deref().unwrap_or_default();
-    let mine = |j: &&&Job| {
-        j.metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(ANN_VOLUME_UID))
-            .is_some_and(|u| u == pv_uid)
-    };
+    let mine = |j: &&&Job| of_this_pv(j, pv);
     // Never two deprovisions of one name at once (an earlier PV's Job may still run).
     if i.jobs.iter().filter(|j| !mine(j)).any(|j| {
         let pods = pods_of(j, &i.pods);

@@ -103,6 +103,7 @@ struct Case<'a> {
     hash: &'a str,
     now: &'a str,
     source: Option<crate::source::SourceData>,
+    created: Option<u32>,
 }
 
 fn case(config: &ClassConfig) -> Case<'_> {
@@ -117,6 +118,7 @@ fn case(config: &ClassConfig) -> Case<'_> {
         hash: "h1",
         now: "2026-01-01T00:00:05Z",
         source: None,
+        created: None,
     }
 }
 
@@ -135,6 +137,7 @@ fn run(c: &Case<'_>) -> Plan {
         retry_base: Duration::from_secs(10),
         now: c.now.parse().unwrap(),
         source: c.source.as_ref(),
+        created_attempt: c.created,
     })
 }
 
@@ -483,7 +486,7 @@ fn permanent_failures_and_max_attempts_give_up_until_inputs_change() {
         now: "2026-01-02T00:00:00Z",
         ..case(&cfg)
     };
-    assert_eq!(run(&c).step, Step::GiveUp);
+    assert_eq!(run(&c).step, Step::GiveUp { attempt: 1 });
     let gave_up = claim(json!({"metadata": {"annotations": {ANN_GAVE_UP: "h1"}}}));
     let c = Case {
         claim: gave_up,
@@ -527,22 +530,28 @@ fn permanent_failures_and_max_attempts_give_up_until_inputs_change() {
         ..case(&limited)
     };
     let p = run(&c);
-    assert_eq!(p.step, Step::GiveUp);
+    assert_eq!(p.step, Step::GiveUp { attempt: 2 });
     assert!(p.notices.iter().any(|n| n.message.contains("max-attempts")));
 }
 
 #[test]
-fn the_recorded_attempt_survives_the_jobs_and_covers_cache_lag() {
+fn the_attempt_number_survives_the_jobs_without_a_write_per_attempt() {
     let cfg = config(json!({}), "Immediate");
-    // Jobs cleaned up by their TTL: the recorded attempt is made again (an existing Job would be adopted).
+    // A failure recorded on the claim, its Job cleaned up by its TTL: the next attempt.
     let c = Case {
         claim: claim(json!({"metadata": {"annotations": {ANN_ATTEMPT: "3"}}})),
         ..case(&cfg)
     };
-    assert_eq!(starts(&run(&c)), Some(3));
-    // The cache shows attempt 1 failed while attempt 2 was already started: wait for it.
+    assert_eq!(starts(&run(&c)), Some(4));
+    // A Job created here that the cache does not show yet: running, never created twice.
     let c = Case {
-        claim: claim(json!({"metadata": {"annotations": {ANN_ATTEMPT: "2"}}})),
+        created: Some(1),
+        ..case(&cfg)
+    };
+    assert_eq!(run(&c).step, Step::Running { attempt: 1 });
+    // The cache shows attempt 1 failed while attempt 2 was already created: wait for it.
+    let c = Case {
+        created: Some(2),
         jobs: vec![job(
             1,
             failed("BackoffLimitExceeded", "2026-01-01T00:00:00Z"),
@@ -552,6 +561,64 @@ fn the_recorded_attempt_survives_the_jobs_and_covers_cache_lag() {
         ..case(&cfg)
     };
     assert_eq!(run(&c).step, Step::Running { attempt: 2 });
+}
+
+#[test]
+fn a_failed_attempt_is_recorded_on_the_claim_only_when_its_job_expires_first() {
+    let cfg = config(json!({}), "Immediate");
+    let with_ttl = |attempt: u32, ttl: i32| {
+        let mut j = job(
+            attempt,
+            failed("BackoffLimitExceeded", "2026-01-01T00:00:00Z"),
+            "h1",
+        );
+        j.spec = Some(k8s_openapi::api::batch::v1::JobSpec {
+            ttl_seconds_after_finished: Some(ttl),
+            ..Default::default()
+        });
+        j
+    };
+    // Attempt 3 failed at 00:00:00; attempt 4 is due 40 s later. A Job kept an hour
+    // outlives the wait: nothing is written to the claim.
+    let c = Case {
+        jobs: vec![with_ttl(3, 3600)],
+        now: "2026-01-01T00:00:01Z",
+        ..case(&cfg)
+    };
+    assert!(matches!(
+        run(&c).step,
+        Step::Backoff {
+            next_attempt: 4,
+            ..
+        }
+    ));
+    // Kept 60 s only: it would be gone before the retry, so its number is recorded once.
+    let c = Case {
+        jobs: vec![with_ttl(3, 60)],
+        now: "2026-01-01T00:00:01Z",
+        ..case(&cfg)
+    };
+    assert_eq!(
+        run(&c).step,
+        Step::RecordAttempt {
+            attempt: 3,
+            wait: Duration::from_secs(39)
+        }
+    );
+    // Already recorded: the wait goes on without another write.
+    let c = Case {
+        claim: claim(json!({"metadata": {"annotations": {ANN_ATTEMPT: "3"}}})),
+        jobs: vec![with_ttl(3, 60)],
+        now: "2026-01-01T00:00:01Z",
+        ..case(&cfg)
+    };
+    assert!(matches!(
+        run(&c).step,
+        Step::Backoff {
+            next_attempt: 4,
+            ..
+        }
+    ));
 }
 
 #[test]
@@ -691,7 +758,7 @@ fn the_controller_creates_the_pv_from_a_valid_report_only() {
             vec![succeeded_pod("j1", report)],
             "2026-01-01T00:00:05Z",
         ));
-        assert_eq!(p.step, Step::GiveUp, "{report}");
+        assert_eq!(p.step, Step::GiveUp { attempt: 1 }, "{report}");
         let m = &p
             .notices
             .iter()

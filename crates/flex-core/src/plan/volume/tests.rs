@@ -97,6 +97,9 @@ enum Expect {
     DropFinalizer,
     Finish,
     Delete,
+    /// Deleted under the version the decision saw.
+    DeleteAt,
+    ReadRecord,
 }
 
 fn run(c: &Case<'_>, now: &str, provisioning: bool) -> VolumePlan {
@@ -109,6 +112,7 @@ fn run(c: &Case<'_>, now: &str, provisioning: bool) -> VolumePlan {
         provisioner_name: P,
         claim: c.claim.as_ref(),
         claim_confirmed: c.confirmed,
+        record_read: c.confirmed,
         provisioning,
         jobs: c.jobs.iter().collect(),
         pods: vec![],
@@ -121,12 +125,15 @@ fn run(c: &Case<'_>, now: &str, provisioning: bool) -> VolumePlan {
 fn check(c: &Case<'_>, p: &VolumePlan) {
     assert_eq!(p.state, c.state, "{}: state", c.name);
     let ok = match (&c.step, &p.step) {
-        (Expect::Ignore, VolumeStep::Ignore) | (Expect::Confirm, VolumeStep::ConfirmClaim) => true,
+        (Expect::Ignore, VolumeStep::Ignore)
+        | (Expect::Confirm, VolumeStep::ConfirmClaim)
+        | (Expect::ReadRecord, VolumeStep::ReadRecord) => true,
         (Expect::Wait(s), VolumeStep::Wait(d)) => d.as_secs() == *s,
         (Expect::Job(n), VolumeStep::CreateJob(j)) => {
             attempt_of(j) == *n && j.metadata.namespace.as_deref() == Some("cfg")
         }
-        (Expect::DropFinalizer, VolumeStep::Patch(patch)) => {
+        (Expect::DropFinalizer, VolumeStep::Patch(patch))
+        | (Expect::DropFinalizer, VolumeStep::KeepStorage { patch, .. }) => {
             patch["metadata"]["finalizers"] == json!(["kubernetes.io/pv-protection"])
                 && patch["metadata"]["resourceVersion"] == "7"
         }
@@ -135,7 +142,20 @@ fn check(c: &Case<'_>, p: &VolumePlan) {
                 && patch["metadata"]["resourceVersion"] == "7"
                 && patch["metadata"]["annotations"][ANN_DEPROVISIONED] == "true"
         }
-        (Expect::Delete, VolumeStep::Delete { uid }) => uid == "pv-uid",
+        (
+            Expect::Delete,
+            VolumeStep::Delete {
+                uid,
+                resource_version: None,
+            },
+        ) => uid == "pv-uid",
+        (
+            Expect::DeleteAt,
+            VolumeStep::Delete {
+                uid,
+                resource_version: Some(rv),
+            },
+        ) => uid == "pv-uid" && rv == "7",
         _ => false,
     };
     assert!(ok, "{}: expected {:?}, got {:?}", c.name, c.step, p.step);
@@ -291,12 +311,30 @@ fn every_transition_of_the_volume_state_machine() {
             step: Ignore,
         },
         Case {
-            name: "released, cache says gone: ask first",
+            name: "released by Kubernetes, cache says gone: deleted under its version, no read",
             pv: pv("Delete", "Released", json!({})),
             claim: None,
             confirmed: false,
             jobs: vec![],
             state: S::Released,
+            step: DeleteAt,
+        },
+        Case {
+            name: "released and being deleted: only the record is read",
+            pv: pv("Delete", "Released", deleted()),
+            claim: None,
+            confirmed: false,
+            jobs: vec![],
+            state: S::DeletedDelete,
+            step: ReadRecord,
+        },
+        Case {
+            name: "deleted but not released (Available), cache only: the claim is asked about",
+            pv: pv("Delete", "Available", deleted()),
+            claim: None,
+            confirmed: false,
+            jobs: vec![],
+            state: S::DeletedDelete,
             step: Confirm,
         },
         Case {
@@ -315,15 +353,24 @@ fn every_transition_of_the_volume_state_machine() {
             confirmed: true,
             jobs: vec![],
             state: S::Released,
+            step: DeleteAt,
+        },
+        Case {
+            name: "released, being deleted, confirmed gone",
+            pv: pv("Delete", "Released", deleted()),
+            claim: None,
+            confirmed: true,
+            jobs: vec![],
+            state: S::DeletedDelete,
             step: Job(1),
         },
         Case {
             name: "released, claim re-created under the same name",
-            pv: pv("Delete", "Released", json!({})),
+            pv: pv("Delete", "Released", deleted()),
             claim: Some(claim("u9", "")),
             confirmed: true,
             jobs: vec![],
-            state: S::Released,
+            state: S::DeletedDelete,
             step: Job(1),
         },
         Case {
@@ -386,11 +433,11 @@ fn every_transition_of_the_volume_state_machine() {
         },
         Case {
             name: "an earlier PV's success is not ours",
-            pv: pv("Delete", "Released", json!({})),
+            pv: pv("Delete", "Released", deleted()),
             claim: None,
             confirmed: true,
             jobs: vec![old_job(1), old_job(2)],
-            state: S::Released,
+            state: S::DeletedDelete,
             step: Job(3),
         },
         Case {
@@ -408,7 +455,7 @@ fn every_transition_of_the_volume_state_machine() {
         },
         Case {
             name: "an earlier PV's Job still runs: wait",
-            pv: pv("Delete", "Released", json!({})),
+            pv: pv("Delete", "Released", deleted()),
             claim: None,
             confirmed: true,
             jobs: vec![{
@@ -416,7 +463,7 @@ fn every_transition_of_the_volume_state_machine() {
                 j.metadata.annotations = None;
                 j
             }],
-            state: S::Released,
+            state: S::DeletedDelete,
             step: Wait(30),
         },
         Case {
@@ -464,11 +511,11 @@ fn every_transition_of_the_volume_state_machine() {
 fn a_provisioning_pod_still_at_work_is_waited_for() {
     let c = Case {
         name: "provisioning",
-        pv: pv("Delete", "Released", json!({})),
+        pv: pv("Delete", "Released", deleted()),
         claim: None,
         confirmed: true,
         jobs: vec![],
-        state: VolumeState::Released,
+        state: VolumeState::DeletedDelete,
         step: Expect::Wait(30),
     };
     check(&c, &run(&c, "2026-01-01T00:00:04Z", true));
@@ -503,7 +550,7 @@ fn failures_are_reported_and_retried_after_a_growing_delay() {
 
 #[test]
 fn a_volume_without_its_record_is_kept_and_reported() {
-    let released = pv("Delete", "Released", json!({}));
+    let released = pv("Delete", "Released", deleted());
     // A decoy: every annotation of a real volume copied, but another uid.
     let real = pv("Delete", "Bound", json!({"metadata": {"uid": "real-uid"}}));
     let theirs = crate::record::build_record(&real, &recipe(), None, "{}").unwrap();
@@ -515,6 +562,7 @@ fn a_volume_without_its_record_is_kept_and_reported() {
             provisioner_name: P,
             claim: None,
             claim_confirmed: true,
+            record_read: true,
             provisioning: false,
             jobs: vec![],
             pods: vec![],
@@ -529,5 +577,63 @@ fn a_volume_without_its_record_is_kept_and_reported() {
             "{}",
             p.notices[0].message
         );
+    }
+}
+
+/// A succeeded `pv-creator: controller` provisioning Job of claim u1 (a Delete class).
+fn provision_job(marked: bool) -> Job {
+    let template = json!({"spec": {"persistentVolumeReclaimPolicy": "Delete"}}).to_string();
+    let mut annotations = json!({});
+    if marked {
+        annotations = json!({crate::names::ANN_PV_CREATED: "true"});
+    }
+    serde_json::from_value(json!({
+        "metadata": {"name": "provision-u1", "namespace": "cfg", "uid": "pj",
+                     "labels": {"flex-provisioner.io/action": "provision"}, "annotations": annotations},
+        "spec": {"template": {"spec": {"containers": [{"name": "p", "env": [
+            {"name": "PV_CREATOR", "value": "controller"}, {"name": "PV_TEMPLATE", "value": template}]}]}}},
+        "status": {"conditions": [{"type": "Complete", "status": "True"}]}
+    }))
+    .unwrap()
+}
+
+#[test]
+fn a_kept_volume_marks_its_provisioning_job_so_it_is_never_taken_for_an_orphan() {
+    // A Delete class's volume an admin switched to Retain and deleted, while the Job that
+    // made it still exists: were the Job not marked, it would look like storage made for a
+    // claim deleted mid-provision, and be re-created and deprovisioned.
+    let kept = pv("Retain", "Released", deleted());
+    for (job, want) in [
+        (
+            provision_job(false),
+            vec![("cfg".to_string(), "provision-u1".to_string())],
+        ),
+        (provision_job(true), vec![]),
+    ] {
+        let p = plan_volume(&VolumeInputs {
+            pv: &kept,
+            record: None,
+            provision_jobs: vec![&job],
+            provisioner_name: P,
+            claim: None,
+            claim_confirmed: false,
+            record_read: false,
+            provisioning: false,
+            jobs: vec![],
+            pods: vec![],
+            retry_base: Duration::from_secs(10),
+            job_ttl_seconds: 60,
+            now: "2026-01-01T00:00:04Z".parse().unwrap(),
+        });
+        match p.step {
+            VolumeStep::KeepStorage { mark_jobs, patch } => {
+                assert_eq!(mark_jobs, want);
+                assert_eq!(
+                    patch["metadata"]["finalizers"],
+                    json!(["kubernetes.io/pv-protection"])
+                );
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -1,0 +1,317 @@
+//! The caches decisions read, what each is indexed by, and what is dropped from objects
+//! before they are stored (the caches hold every claim and PV of the cluster, so every
+//! byte kept per object counts tens of thousands of times).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Event, Node, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimStatus,
+    Pod,
+};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::ResourceExt;
+use kube::runtime::reflector::Store;
+
+use super::index::Indexed;
+use crate::names::{
+    ANN_PROVISIONED_BY, ANN_SOURCE_VOLUME, ANN_STORAGE_CLASS, ANN_STORAGE_PROVISIONER,
+    ANN_STORAGE_PROVISIONER_BETA, LABEL_ACTION, LABEL_CLAIM_UID, LABEL_VOLUME,
+};
+
+/// The reflector stores decisions read; ConfigMaps, Jobs, pods and the Job controller's
+/// `FailedCreate` events per config namespace.
+pub struct Caches {
+    pub claims: Indexed<PersistentVolumeClaim>,
+    pub classes: Store<StorageClass>,
+    pub volumes: Store<PersistentVolume>,
+    pub nodes: Store<Node>,
+    pub config_maps: Vec<Store<ConfigMap>>,
+    pub jobs: Vec<Indexed<Job>>,
+    pub pods: Vec<Indexed<Pod>>,
+    pub failed_creates: Vec<Store<Event>>,
+}
+
+/// Index keys.
+pub fn by_claim(uid: &str) -> String {
+    format!("claim/{uid}")
+}
+pub fn by_volume(name: &str) -> String {
+    format!("volume/{name}")
+}
+pub fn by_class(name: &str) -> String {
+    format!("class/{name}")
+}
+/// Provisioning Jobs that copy from this volume (clones).
+pub fn by_source(volume: &str) -> String {
+    format!("source/{volume}")
+}
+
+impl Caches {
+    /// Our cached Jobs under an index key, in every config namespace.
+    pub fn jobs_by(&self, key: &str) -> Vec<Arc<Job>> {
+        self.jobs.iter().flat_map(|s| s.by(key)).collect()
+    }
+
+    /// Our Jobs' cached pods under an index key, in every config namespace.
+    pub fn pods_by(&self, key: &str) -> Vec<Arc<Pod>> {
+        self.pods.iter().flat_map(|s| s.by(key)).collect()
+    }
+
+    /// Every cached Job of ours (for the periodic gauge only).
+    pub fn all_jobs(&self) -> Vec<Arc<Job>> {
+        self.jobs.iter().flat_map(|s| s.store.state()).collect()
+    }
+
+    /// The cached claim with this uid.
+    pub fn claim_with_uid(&self, uid: &str) -> Option<Arc<PersistentVolumeClaim>> {
+        self.claims.by(&by_claim(uid)).into_iter().next()
+    }
+
+    /// The Job controller's latest `FailedCreate` event about this Job.
+    pub fn failed_create(&self, job: &Job) -> Option<Arc<Event>> {
+        let (ns, name) = (job.namespace(), job.name_any());
+        self.failed_creates
+            .iter()
+            .flat_map(|s| s.state())
+            .filter(|e| {
+                e.involved_object.name.as_deref() == Some(name.as_str())
+                    && e.involved_object.namespace == ns
+                    && e.involved_object.uid == job.metadata.uid
+            })
+            .max_by_key(|e| e.last_timestamp.as_ref().map(|t| t.0))
+    }
+}
+
+fn label<'a>(labels: &'a BTreeMap<String, String>, key: &str) -> Option<&'a String> {
+    labels.get(key).filter(|v| !v.is_empty())
+}
+
+pub fn claim_keys(c: &PersistentVolumeClaim) -> Vec<String> {
+    let mut keys: Vec<String> = c
+        .metadata
+        .uid
+        .as_deref()
+        .map(by_claim)
+        .into_iter()
+        .collect();
+    if let Some(class) = c
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.as_deref())
+    {
+        keys.push(by_class(class));
+    }
+    keys
+}
+
+pub fn job_keys(j: &Job) -> Vec<String> {
+    let labels = j.labels();
+    let mut keys = Vec::new();
+    if let Some(uid) = label(labels, LABEL_CLAIM_UID) {
+        keys.push(by_claim(uid));
+    }
+    if let Some(v) = label(labels, LABEL_VOLUME) {
+        keys.push(by_volume(v));
+    }
+    // Only provisioning Jobs count against a class's `max-concurrent`.
+    if labels.get(LABEL_ACTION).map(String::as_str) == Some("provision") {
+        if let Some(class) = j.annotations().get(ANN_STORAGE_CLASS) {
+            keys.push(by_class(class));
+        }
+        if let Some(source) = j.annotations().get(ANN_SOURCE_VOLUME) {
+            keys.push(by_source(source));
+        }
+    }
+    keys
+}
+
+pub fn pod_keys(p: &Pod) -> Vec<String> {
+    let labels = p.labels();
+    let mut keys = Vec::new();
+    if let Some(uid) = label(labels, LABEL_CLAIM_UID) {
+        keys.push(by_claim(uid));
+    }
+    if let Some(v) = label(labels, LABEL_VOLUME) {
+        keys.push(by_volume(v));
+    }
+    keys
+}
+
+pub fn no_keys<K>(_: &K) -> Vec<String> {
+    Vec::new()
+}
+
+/// Field ownership is never read and is often the largest part of an object.
+pub fn trim_meta<K: kube::Resource>(o: &mut K) {
+    o.meta_mut().managed_fields = None;
+    if let Some(a) = o.meta_mut().annotations.as_mut() {
+        // kubectl's copy of the whole object as last applied.
+        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+}
+
+/// A claim another provisioner serves is kept as little more than its name, uid, class
+/// and provisioner annotations: it is looked at only to see that it is not ours. When a
+/// class (and so the provisioner annotation) comes, the change brings the whole claim back.
+pub fn trim_claim(provisioner: &str) -> impl Fn(&mut PersistentVolumeClaim) + Send + 'static {
+    let provisioner = provisioner.to_owned();
+    move |c| {
+        trim_meta(c);
+        let ours = [ANN_STORAGE_PROVISIONER, ANN_STORAGE_PROVISIONER_BETA]
+            .iter()
+            .any(|k| c.annotations().get(*k) == Some(&provisioner));
+        if ours {
+            return;
+        }
+        let m = &mut c.metadata;
+        m.labels = None;
+        m.finalizers = None;
+        m.owner_references = None;
+        if let Some(a) = m.annotations.as_mut() {
+            a.retain(|k, _| k == ANN_STORAGE_PROVISIONER || k == ANN_STORAGE_PROVISIONER_BETA);
+        }
+        if let Some(s) = c.spec.as_mut() {
+            s.selector = None;
+            s.data_source = None;
+            s.data_source_ref = None;
+            s.resources = None;
+            s.access_modes = None;
+        }
+        c.status = c.status.take().map(|s| PersistentVolumeClaimStatus {
+            phase: s.phase,
+            ..Default::default()
+        });
+    }
+}
+
+/// A PV another provisioner made is kept as its name, uid, claimRef and class: enough to
+/// route its events and to see that it is not ours.
+pub fn trim_volume(provisioner: &str) -> impl Fn(&mut PersistentVolume) + Send + 'static {
+    let provisioner = provisioner.to_owned();
+    move |pv| {
+        trim_meta(pv);
+        if pv.annotations().get(ANN_PROVISIONED_BY) == Some(&provisioner) {
+            return;
+        }
+        let m = &mut pv.metadata;
+        m.labels = None;
+        m.finalizers = None;
+        if let Some(a) = m.annotations.as_mut() {
+            a.retain(|k, _| k == ANN_PROVISIONED_BY);
+        }
+        pv.spec = pv
+            .spec
+            .take()
+            .map(|s| k8s_openapi::api::core::v1::PersistentVolumeSpec {
+                claim_ref: s
+                    .claim_ref
+                    .map(|r| k8s_openapi::api::core::v1::ObjectReference {
+                        name: r.name,
+                        namespace: r.namespace,
+                        uid: r.uid,
+                        ..Default::default()
+                    }),
+                storage_class_name: s.storage_class_name,
+                ..Default::default()
+            });
+        pv.status = pv
+            .status
+            .take()
+            .map(|s| k8s_openapi::api::core::v1::PersistentVolumeStatus {
+                phase: s.phase,
+                ..Default::default()
+            });
+    }
+}
+
+/// A node is read for its name and labels (templates and node affinity) only.
+pub fn trim_node(n: &mut Node) {
+    trim_meta(n);
+    n.metadata.annotations = None;
+    n.metadata.owner_references = None;
+    n.spec = None;
+    n.status = None;
+}
+
+/// Pods: the Job's template is on the Job; what the pod adds is its status and identity.
+pub fn trim_pod(p: &mut Pod) {
+    trim_meta(p);
+    if let Some(spec) = p.spec.as_mut() {
+        for c in spec
+            .containers
+            .iter_mut()
+            .chain(spec.init_containers.iter_mut().flatten())
+        {
+            c.env = None;
+            c.args = None;
+            c.command = None;
+        }
+        spec.volumes = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn without_type(o: &impl serde::Serialize) -> serde_json::Value {
+        let mut v = serde_json::to_value(o).unwrap();
+        let m = v.as_object_mut().unwrap();
+        m.remove("apiVersion");
+        m.remove("kind");
+        v
+    }
+
+    #[test]
+    fn a_claim_of_another_provisioner_keeps_only_what_says_so() {
+        let mut c: PersistentVolumeClaim = serde_json::from_value(json!({
+            "metadata": {"name": "c", "namespace": "a", "uid": "u",
+                         "labels": {"x": "y"},
+                         "annotations": {ANN_STORAGE_PROVISIONER: "other.example.com", "big": "x"}},
+            "spec": {"storageClassName": "other", "volumeName": "pv-1",
+                     "resources": {"requests": {"storage": "1Gi"}}},
+            "status": {"phase": "Bound"}
+        }))
+        .unwrap();
+        let mut ours = c.clone();
+        ours.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(ANN_STORAGE_PROVISIONER.into(), "me".into());
+        let untouched = ours.clone();
+        trim_claim("me")(&mut ours);
+        assert_eq!(ours, untouched, "a claim of ours is kept whole");
+        trim_claim("me")(&mut c);
+        assert_eq!(
+            without_type(&c),
+            json!({"metadata": {"name": "c", "namespace": "a", "uid": "u",
+                     "annotations": {ANN_STORAGE_PROVISIONER: "other.example.com"}},
+                   "spec": {"storageClassName": "other", "volumeName": "pv-1"},
+                   "status": {"phase": "Bound"}})
+        );
+        assert_eq!(claim_keys(&c), ["claim/u", "class/other"]);
+    }
+
+    #[test]
+    fn a_volume_of_another_provisioner_keeps_its_claim_ref_and_phase() {
+        let mut pv: PersistentVolume = serde_json::from_value(json!({
+            "metadata": {"name": "pv-1", "uid": "v", "annotations": {ANN_PROVISIONED_BY: "other"}},
+            "spec": {"claimRef": {"name": "c", "namespace": "a", "uid": "u", "resourceVersion": "9"},
+                     "storageClassName": "other", "nfs": {"server": "s", "path": "/p"},
+                     "capacity": {"storage": "1Gi"}},
+            "status": {"phase": "Bound", "message": "m"}
+        }))
+        .unwrap();
+        trim_volume("me")(&mut pv);
+        assert_eq!(
+            without_type(&pv),
+            json!({"metadata": {"name": "pv-1", "uid": "v", "annotations": {ANN_PROVISIONED_BY: "other"}},
+                   "spec": {"claimRef": {"name": "c", "namespace": "a", "uid": "u"}, "storageClassName": "other"},
+                   "status": {"phase": "Bound"}})
+        );
+    }
+}
