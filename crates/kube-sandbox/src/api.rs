@@ -13,7 +13,7 @@ use super::patch;
 use super::resources::{self, Resource, Rid};
 use super::selector::{FieldSelector, LabelSelector};
 use super::status::{ApiError, ApiResult, Cause, success_status};
-use super::store::{Store, Write};
+use super::store::{Store, Write, same_but_version};
 
 /// Who is writing, and whether for real.
 #[derive(Debug, Clone, Default)]
@@ -99,19 +99,11 @@ fn has_finalizers(obj: &Value) -> bool {
         .is_some_and(|f| !f.is_empty())
 }
 
-fn without_rv(v: &Value) -> Value {
-    let mut v = v.clone();
-    if let Some(m) = v["metadata"].as_object_mut() {
-        m.remove("resourceVersion");
-    }
-    v
-}
-
 impl Api {
     pub fn new(history_window: usize) -> Self {
-        Api {
-            store: Store::new(resources::RESOURCES.len(), history_window),
-        }
+        let store = Store::new(resources::RESOURCES.len(), history_window);
+        super::controllers::add_indexes(&store);
+        Api { store }
     }
 
     fn check_namespace(&self, r: &Resource, ns: &str) -> ApiResult<()> {
@@ -119,9 +111,11 @@ impl Api {
             return Ok(());
         }
         let nsr = resources::find("", "v1", "namespaces").unwrap_or_default();
-        match self.store.get(nsr, "", ns) {
+        // Read in place: every create in a namespace asks.
+        let terminating = |n: &Value| n["metadata"].get("deletionTimestamp").is_some();
+        match self.store.peek(nsr, "", ns, terminating) {
             None => Err(ApiError::namespace_not_found(ns)),
-            Some(n) if n["metadata"].get("deletionTimestamp").is_some() => Err(ApiError::new(
+            Some(true) => Err(ApiError::new(
                 403,
                 Some("Forbidden"),
                 format!(
@@ -129,7 +123,7 @@ impl Api {
                     r.plural, ""
                 ),
             )),
-            Some(_) => Ok(()),
+            Some(false) => Ok(()),
         }
     }
 
@@ -139,7 +133,7 @@ impl Api {
             .as_str()
             .unwrap_or("default");
         let sas = resources::find("", "v1", "serviceaccounts").unwrap_or_default();
-        if self.store.get(sas, ns, sa).is_some() {
+        if self.store.peek(sas, ns, sa, |_| ()).is_some() {
             return Ok(());
         }
         let shown = match meta_str(pod, "generateName") {
@@ -226,12 +220,23 @@ impl Api {
             _ => None,
         };
         let limit = opts.limit.filter(|l| *l > 0);
-        let (items, rest, list_rv) =
-            self.store
-                .list_page(r.storage(), ns, start_after.as_ref(), limit, |obj| {
-                    let v = view_ref(r, obj);
-                    labels.matches_object(&v) && fields.matches(&v)
-                });
+        let unselected = labels.is_empty()
+            && opts
+                .field_selector
+                .as_deref()
+                .unwrap_or_default()
+                .is_empty();
+        let (items, rest, list_rv) = self.store.list_page_counting(
+            r.storage(),
+            ns,
+            start_after.as_ref(),
+            limit,
+            |obj| {
+                let v = view_ref(r, obj);
+                labels.matches_object(&v) && fields.matches(&v)
+            },
+            unselected,
+        );
         let mut items: Vec<Value> = items
             .into_iter()
             .map(|o| match view_ref(r, &o) {
@@ -244,13 +249,7 @@ impl Api {
             && rest > 0
         {
             meta["continue"] = json!(encode_continue(list_rv, &object_key(&items[limit - 1])));
-            if labels.is_empty()
-                && opts
-                    .field_selector
-                    .as_deref()
-                    .unwrap_or_default()
-                    .is_empty()
-            {
+            if unselected {
                 meta["remainingItemCount"] = json!(rest);
             }
         }
@@ -352,12 +351,14 @@ impl Api {
             return Ok(view(r, &obj));
         }
         let ns_key = if r.namespaced { ns } else { "" };
-        let stored = self.store.write(r.storage(), ns_key, &name, |current, _| {
-            if current.is_some() {
-                return Err(ApiError::already_exists(r, &name));
-            }
-            Ok(Write::Put(obj))
-        })?;
+        let stored = self
+            .store
+            .write_shared(r.storage(), ns_key, &name, |current, _| {
+                if current.is_some() {
+                    return Err(ApiError::already_exists(r, &name));
+                }
+                Ok(Write::Put(obj))
+            })?;
         if storage.group.is_empty() && storage.plural == "namespaces" {
             super::controllers::namespaces::populate(self, &name);
         }
@@ -488,23 +489,20 @@ impl Api {
                     }
                 }
             }
-            let before = new.clone();
-            let mut tracked = new;
+            // An update that changes nothing keeps the version (and its watchers quiet).
+            if same_but_version(&new, old) {
+                return Ok(Write::Unchanged(old.clone()));
+            }
             if !ctx.apply && !rewritten {
                 managed::record_update(
                     Some(old),
-                    &mut tracked,
+                    &mut new,
                     &ctx.manager,
                     sub,
                     &storage.api_version(),
                     &ids::now(),
                 );
             }
-            // An update that changes nothing keeps the version (and its watchers quiet).
-            if without_rv(&before) == without_rv(old) {
-                return Ok(Write::Unchanged(old.clone()));
-            }
-            new = tracked;
             if dry_run {
                 dry_result = Some(new);
                 return Ok(Write::Unchanged(old.clone()));

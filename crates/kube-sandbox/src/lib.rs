@@ -24,6 +24,7 @@ mod openapi;
 pub mod patch;
 pub mod protobuf;
 pub mod rbac;
+pub mod requests;
 pub mod resources;
 pub mod selector;
 mod server;
@@ -45,6 +46,7 @@ use tokio::task::JoinHandle;
 
 pub use api::{Api, DeleteOpts, ListOpts, WriteCtx};
 pub use faults::{Fault, Faults};
+pub use requests::{RequestCounter, RequestCounts};
 
 /// How to start a sandbox. `Default` gives one node, images from `provisioner-images/`, and
 /// the Job controller's real pod backoff (10 s, doubling).
@@ -125,6 +127,8 @@ pub struct Sandbox {
     pub auth: Option<Arc<auth::Authenticator>>,
     /// The CA and certificate of HTTPS, when `SandboxOptions::auth` is on.
     pub tls: Option<tls::Tls>,
+    /// Every request the API server has served, by client, verb and resource.
+    pub requests: Arc<RequestCounter>,
     owns_work_dir: bool,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -189,11 +193,13 @@ impl Sandbox {
         if authn.is_some() {
             auth::bootstrap_policy(&api);
         }
+        let requests = Arc::new(RequestCounter::default());
         let shared = Arc::new(server::Shared {
             api: api.clone(),
             faults: faults.clone(),
             logs: kubelet.logs.clone(),
             auth: authn.clone(),
+            requests: requests.clone(),
         });
         let acceptor = tls.as_ref().map(|t| t.acceptor.clone());
         let mut tasks = vec![tokio::spawn(server::serve(listener, shared, acceptor))];
@@ -208,6 +214,7 @@ impl Sandbox {
             kubelet,
             auth: authn,
             tls,
+            requests,
             owns_work_dir,
             tasks,
         })
@@ -246,6 +253,20 @@ impl Sandbox {
                     .map_err(|e| SandboxError::Client(e.to_string()))?;
         }
         kube::Client::try_from(config).map_err(|e| SandboxError::Client(e.to_string()))
+    }
+
+    /// The requests the API server has served so far, by (User-Agent product, verb,
+    /// resource): the verb as RBAC names it (get, list, watch, create, update, patch,
+    /// delete; a watch counts once, when opened), the resource as its plural with any
+    /// `/subresource`. Requests that fail count too; those that name no resource (discovery,
+    /// `/version`) count under their path, with the HTTP method in lower case as verb.
+    pub fn request_counts(&self) -> RequestCounts {
+        self.requests.snapshot()
+    }
+
+    /// Starts counting requests from zero.
+    pub fn reset_request_counts(&self) {
+        self.requests.reset();
     }
 
     /// The directory standing for a node's filesystem root.

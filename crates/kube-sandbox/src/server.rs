@@ -3,6 +3,7 @@
 //! `SandboxOptions::auth` (bearer tokens, impersonation and RBAC, see `auth`,
 //! `impersonation` and `rbac`), which also brings HTTPS on the same port (see `tls`).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -39,6 +40,8 @@ pub struct Shared {
     pub logs: Arc<PodLogs>,
     /// Authentication and RBAC, when on.
     pub auth: Option<Arc<super::auth::Authenticator>>,
+    /// Every request served, by client, verb and resource.
+    pub requests: Arc<super::requests::RequestCounter>,
 }
 
 /// Serves connections until the listener's task is dropped. With an acceptor, a
@@ -205,9 +208,56 @@ fn verb_of(method: &Method, q: &BTreeMap<String, String>, has_name: bool) -> &'s
     }
 }
 
+/// The verb of a request that names no resource, as Kubernetes names non-resource verbs.
+fn non_resource_verb(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "get",
+        Method::HEAD => "head",
+        Method::POST => "post",
+        Method::PUT => "put",
+        Method::PATCH => "patch",
+        Method::DELETE => "delete",
+        Method::OPTIONS => "options",
+        _ => "other",
+    }
+}
+
+/// Counts a request before anything can turn it away: a refused or failed request is load
+/// on the API server too.
+fn count(
+    shared: &Shared,
+    req: &Request<Incoming>,
+    route: Option<&Route>,
+    q: &BTreeMap<String, String>,
+) {
+    let agent = req
+        .headers()
+        .get(hyper::header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let agent = agent.split('/').next().unwrap_or_default();
+    let (verb, resource) = match route {
+        Some(Route::Resource { rid, name, sub, .. }) => {
+            let plural = resources::get(*rid).plural;
+            let resource = match sub {
+                Some(sub) => Cow::Owned(format!("{plural}/{sub}")),
+                None => Cow::Borrowed(plural),
+            };
+            (verb_of(req.method(), q, name.is_some()), resource)
+        }
+        _ => (
+            non_resource_verb(req.method()),
+            Cow::Owned(req.uri().path().to_owned()),
+        ),
+    };
+    shared.requests.record(agent, verb, resource);
+}
+
 async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
     let path = req.uri().path().to_owned();
     let q = query(&req);
+    let route = route(&path);
+    count(&shared, &req, route.as_ref(), &q);
     let user = match &shared.auth {
         None => None,
         Some(authn) => {
@@ -237,7 +287,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
             Some(user)
         }
     };
-    let Some(route) = route(&path) else {
+    let Some(route) = route else {
         return error_response(&ApiError::unknown_resource());
     };
     let accept = header(&req, "accept");

@@ -1,18 +1,21 @@
-//! A populated cluster without provisioning each volume: claims bound to PVs of ours,
-//! written straight into the sandbox's store. Shared by the restart tests and benchmarks.
+//! A populated cluster without provisioning each volume: claims and PVs of ours written
+//! straight into the sandbox's store, and bound by its PV controller. Shared by the restart
+//! tests and benchmarks.
 
 use flex_provisioner::sandbox::{Sandbox, WriteCtx, resources};
 use serde_json::json;
 
-/// `n` claims of `class` in `default` named `<class>-<i>`, each bound to a PV of ours named
-/// `pvc-<uid>`.
+/// `n` claims of `class` in `default` named `<class>-<i>`, each with a PV of ours named
+/// `pvc-<uid>` whose claimRef names it, as the provisioner would have made it. The
+/// sandbox's PV controller binds them, as in a cluster: each claim gets its volumeName and
+/// the controller's annotations, both go Bound; `bound_count` tells when it has.
 pub fn bound_claims(sb: &Sandbox, class: &str, n: usize) {
     let ctx = WriteCtx::manager("test");
     let claims = resources::find("", "v1", "persistentvolumeclaims").unwrap();
     let pvs = resources::find("", "v1", "persistentvolumes").unwrap();
     let mut made = Vec::with_capacity(n);
-    // Claims first and volumes after, so the PV controller never searches thousands of
-    // volumes for a match; then each claim names its volume and binds at once.
+    // Claims first and volumes after, as provisioning goes: each volume then finds its
+    // claim waiting.
     for i in 0..n {
         let c = sb
             .api
@@ -46,28 +49,18 @@ pub fn bound_claims(sb: &Sandbox, class: &str, n: usize) {
                 &ctx,
             )
             .unwrap();
-        sb.api
-            .patch(
-                claims,
-                "default",
-                name,
-                "application/merge-patch+json",
-                json!({"spec": {"volumeName": pv}}).to_string().as_bytes(),
-                None,
-                &ctx,
-            )
-            .unwrap();
     }
 }
 
 /// How many claims in `default` are bound, read from the store.
 pub fn bound_count(sb: &Sandbox) -> usize {
     let claims = resources::find("", "v1", "persistentvolumeclaims").unwrap();
-    let (items, _, _) = sb
-        .api
+    // Picked, not listed: a list copies every bound claim, and this is polled.
+    sb.api
         .store
-        .list_page(claims, Some("default"), None, None, |c| {
-            c["status"]["phase"].as_str() == Some("Bound")
-        });
-    items.len()
+        .pick(claims, |c| {
+            (c["metadata"]["namespace"] == "default" && c["status"]["phase"] == "Bound")
+                .then_some(())
+        })
+        .len()
 }

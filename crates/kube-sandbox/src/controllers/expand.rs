@@ -102,9 +102,21 @@ impl Expand {
     /// The informer's handlers: a bound claim is queued when first seen, and when its
     /// request or status capacity grows.
     fn wants(&mut self, claim: &Value) -> bool {
-        let now = (request(claim), capacity(claim));
-        let before = self.seen.insert(uid_of(claim).to_owned(), now);
-        bound(claim)
+        self.wants_seen(
+            uid_of(claim),
+            (request(claim), capacity(claim)),
+            bound(claim),
+        )
+    }
+
+    /// `wants` from what it reads of a claim: uid, (request, capacity), and whether bound.
+    fn wants_seen(&mut self, uid: &str, now: (u64, u64), bound: bool) -> bool {
+        // Updated in place when known: a resync looks at every claim.
+        let before = match self.seen.get_mut(uid) {
+            Some(seen) => Some(std::mem::replace(seen, now)),
+            None => self.seen.insert(uid.to_owned(), now),
+        };
+        bound
             && match before {
                 None => true,
                 Some((req, cap)) => now.0 > req || now.1 > cap,
@@ -165,15 +177,25 @@ impl Expand {
     }
 
     async fn reconcile(&mut self, api: &Api, changes: &[Arc<crate::store::Change>]) {
-        let mut due: Vec<Value> = Vec::new();
+        // The queue: claims by (namespace, name).
+        let mut due: Vec<(String, String)> = Vec::new();
         if changes.is_empty() {
-            // A resync (or a lagging feed): growth since the last look still counts.
-            let (claims, _) = api.store.list(self.claims, None, |_| true);
-            let live: HashSet<String> = claims.iter().map(|c| uid_of(c).to_owned()).collect();
-            self.seen.retain(|uid, _| live.contains(uid));
-            for c in claims {
-                if self.wants(&c) {
-                    due.push(c);
+            // A resync (or a lagging feed): growth since the last look still counts. What
+            // it reads is picked out of the store, not copied with every claim.
+            let claims = api.store.pick(self.claims, |c| {
+                Some((
+                    ns_of(c).to_owned(),
+                    name_of(c).to_owned(),
+                    uid_of(c).to_owned(),
+                    (request(c), capacity(c)),
+                    bound(c),
+                ))
+            });
+            let live: HashSet<&str> = claims.iter().map(|c| c.2.as_str()).collect();
+            self.seen.retain(|uid, _| live.contains(uid.as_str()));
+            for (ns, name, uid, sizes, bound) in claims {
+                if self.wants_seen(&uid, sizes, bound) {
+                    due.push((ns, name));
                 }
             }
         } else {
@@ -184,23 +206,22 @@ impl Expand {
                     continue;
                 }
                 if self.wants(&change.object) {
-                    due.push(change.object.clone());
+                    due.push((
+                        ns_of(&change.object).to_owned(),
+                        name_of(&change.object).to_owned(),
+                    ));
                 }
             }
         }
-        for (ns, name) in std::mem::take(&mut self.retry) {
-            if let Some(c) = api.store.get(self.claims, &ns, &name)
-                && bound(&c)
-            {
-                due.push(c);
-            }
-        }
+        // Claims to try again are queued as they are, bound or not: the sync below skips
+        // those that are not bound.
+        due.extend(std::mem::take(&mut self.retry));
         // A queue holds a key once, however often it was added.
         let mut queued = HashSet::new();
-        due.retain(|c| queued.insert((ns_of(c).to_owned(), name_of(c).to_owned())));
-        for claim in due {
+        due.retain(|k| queued.insert(k.clone()));
+        for (ns, name) in due {
             // The queue works from the claim as it is now.
-            let Some(current) = api.store.get(self.claims, ns_of(&claim), name_of(&claim)) else {
+            let Some(current) = api.store.get(self.claims, &ns, &name) else {
                 continue;
             };
             if !bound(&current) {

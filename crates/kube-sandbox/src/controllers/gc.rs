@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{Feed, Throttle, is_deleting, name_of, ns_of, uid_of};
+use super::{BY_OWNER, Feed, Throttle, is_deleting, name_of, ns_of, uid_of};
 use crate::api::{Api, DeleteOpts};
 use crate::resources::{self, RESOURCES, Rid};
 use crate::store::{EventType, Write};
@@ -43,7 +43,7 @@ fn owner_alive(api: &Api, dependent_ns: &str, rf: &Value) -> bool {
         .is_some_and(|o| uid_of(&o) == rf["uid"].as_str().unwrap_or_default())
 }
 
-fn all_storage() -> impl Iterator<Item = Rid> {
+pub(super) fn all_storage() -> impl Iterator<Item = Rid> {
     RESOURCES
         .iter()
         .enumerate()
@@ -51,14 +51,11 @@ fn all_storage() -> impl Iterator<Item = Rid> {
         .map(|(i, _)| i)
 }
 
+/// The objects that name `owner_uid` as an owner, by index: this runs on every deletion.
 fn dependents_of(api: &Api, owner_uid: &str) -> Vec<(Rid, Value)> {
     let mut out = Vec::new();
     for rid in all_storage() {
-        let (items, _) = api.store.list(rid, None, |v| {
-            owner_refs(v)
-                .iter()
-                .any(|rf| rf["uid"].as_str() == Some(owner_uid))
-        });
+        let items = api.store.indexed(rid, BY_OWNER, &[owner_uid], |_| true);
         out.extend(items.into_iter().map(|v| (rid, v)));
     }
     out
@@ -158,9 +155,12 @@ async fn settle(t: &Throttle, api: &Api, rid: Rid, obj: &Value) {
 
 async fn sweep(t: &Throttle, api: &Api) {
     for rid in all_storage() {
-        let (items, _) = api
-            .store
-            .list(rid, None, |v| !owner_refs(v).is_empty() || is_deleting(v));
+        let (items, _) = api.store.list(rid, None, |v| {
+            v["metadata"]["ownerReferences"]
+                .as_array()
+                .is_some_and(|r| !r.is_empty())
+                || is_deleting(v)
+        });
         for obj in &items {
             settle(t, api, rid, obj).await;
         }
@@ -199,11 +199,27 @@ pub async fn run(api: Arc<Api>, t: Throttle) {
                     }
                     continue;
                 }
+                let added = c.event == EventType::Added;
+                let due = |obj: &Value| {
+                    let new_dependent = added
+                        && obj["metadata"]["ownerReferences"]
+                            .as_array()
+                            .is_some_and(|r| !r.is_empty());
+                    is_deleting(obj) || new_dependent
+                };
+                // Looked at in place first: most changes leave the collector nothing to do,
+                // and copying every changed object would cost more than the rest.
+                if api
+                    .store
+                    .peek(c.rid, ns_of(&c.object), name_of(&c.object), due)
+                    != Some(true)
+                {
+                    continue;
+                }
                 let Some(obj) = current(api, c.rid, &c.object) else {
                     continue;
                 };
-                let new_dependent = c.event == EventType::Added && !owner_refs(&obj).is_empty();
-                if is_deleting(&obj) || new_dependent {
+                if due(&obj) {
                     settle(&t, api, c.rid, &obj).await;
                 }
             }

@@ -19,7 +19,93 @@ use super::SandboxOptions;
 use super::api::{Api, WriteCtx};
 use super::ids;
 use super::resources::{self, Rid};
-use super::store::{Change, Write};
+use super::store::{Change, IndexDef, Store, Write};
+
+/// Events by the uid of their involved object (the recorder's aggregation looks them up).
+pub const EVENTS_BY_OBJECT: &str = "events-by-involved-uid";
+/// Volumes by the claim their claimRef names, `namespace/name`; volumes without a claimRef
+/// under [`FREE_VOLUME`].
+pub const VOLUMES_BY_CLAIM: &str = "volumes-by-claim";
+/// The key of volumes without a claimRef in [`VOLUMES_BY_CLAIM`] (no claim key is empty).
+pub const FREE_VOLUME: &str = "";
+/// Volumes by the uid in their claimRef.
+pub const VOLUMES_BY_CLAIM_UID: &str = "volumes-by-claim-uid";
+/// Pods by the claims their volumes use, `namespace/claimName`.
+pub const PODS_BY_CLAIM: &str = "pods-by-claim";
+
+/// Objects of every resource by the uids of their owners (the garbage collector's graph).
+pub const BY_OWNER: &str = "by-owner-uid";
+
+/// The indexes the loops look objects up by, as their informers' indexers.
+pub fn add_indexes(store: &Store) {
+    for rid in gc::all_storage() {
+        store.add_index(IndexDef {
+            name: BY_OWNER,
+            rid,
+            keys: |v| {
+                v["metadata"]["ownerReferences"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|r| r["uid"].as_str().map(str::to_owned))
+                    .collect()
+            },
+        });
+    }
+    store.add_index(IndexDef {
+        name: EVENTS_BY_OBJECT,
+        rid: rid("", "events"),
+        keys: |e| {
+            e["involvedObject"]["uid"]
+                .as_str()
+                .map(str::to_owned)
+                .into_iter()
+                .collect()
+        },
+    });
+    store.add_index(IndexDef {
+        name: VOLUMES_BY_CLAIM,
+        rid: rid("", "persistentvolumes"),
+        keys: |pv| {
+            let r = &pv["spec"]["claimRef"];
+            if r.is_null() {
+                return vec![FREE_VOLUME.to_owned()];
+            }
+            match (r["namespace"].as_str(), r["name"].as_str()) {
+                (Some(ns), Some(name)) => vec![format!("{ns}/{name}")],
+                _ => Vec::new(),
+            }
+        },
+    });
+    store.add_index(IndexDef {
+        name: VOLUMES_BY_CLAIM_UID,
+        rid: rid("", "persistentvolumes"),
+        keys: |pv| {
+            pv["spec"]["claimRef"]["uid"]
+                .as_str()
+                .map(str::to_owned)
+                .into_iter()
+                .collect()
+        },
+    });
+    store.add_index(IndexDef {
+        name: PODS_BY_CLAIM,
+        rid: rid("", "pods"),
+        keys: |p| {
+            let ns = ns_of(p);
+            let mut keys: Vec<String> = p["spec"]["volumes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v["persistentVolumeClaim"]["claimName"].as_str())
+                .map(|claim| format!("{ns}/{claim}"))
+                .collect();
+            keys.sort();
+            keys.dedup();
+            keys
+        },
+    });
+}
 
 pub fn rid(group: &str, plural: &str) -> Rid {
     resources::find(group, "v1", plural)
@@ -94,8 +180,10 @@ pub fn record_event(
     let now = ids::now();
     let events = rid("", "events");
     let uid = uid_of(object);
-    let (same, _) = api.store.list(events, Some(ns), |e| {
-        e["involvedObject"]["uid"].as_str() == Some(uid)
+    // By the index: a scan of the namespace's events would make every event cost as much
+    // as all the events before it.
+    let same = api.store.indexed(events, EVENTS_BY_OBJECT, &[uid], |e| {
+        ns_of(e) == ns
             && e["reason"].as_str() == Some(reason)
             && e["message"].as_str() == Some(message)
             && e["source"]["component"].as_str() == Some(component)

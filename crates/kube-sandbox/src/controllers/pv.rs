@@ -22,7 +22,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{Feed, Throttle, is_deleting, name_of, ns_of, record_event, rid, uid_of};
+use super::{
+    FREE_VOLUME, Feed, PODS_BY_CLAIM, Throttle, VOLUMES_BY_CLAIM, VOLUMES_BY_CLAIM_UID,
+    is_deleting, name_of, ns_of, record_event, rid, uid_of,
+};
 use crate::api::{Api, DeleteOpts};
 use crate::store::Write;
 use crate::wellknown::{
@@ -148,7 +151,7 @@ impl Pv {
         name: &str,
         f: impl FnOnce(&mut Value) -> bool,
     ) {
-        let _ = api.store.write(rid, ns, name, |cur, _| {
+        let _ = api.store.write_shared(rid, ns, name, |cur, _| {
             let Some(cur) = cur else {
                 return Ok(Write::Unchanged(Value::Null));
             };
@@ -163,7 +166,8 @@ impl Pv {
                 }
                 Ok(Write::Put(next))
             } else {
-                Ok(Write::Unchanged(cur.clone()))
+                // What the store answers is not read: no copy of the object for it.
+                Ok(Write::Unchanged(Value::Null))
             }
         });
     }
@@ -196,12 +200,14 @@ impl Pv {
             .as_str()
             .unwrap_or_default()
             .to_owned();
-        // Only the candidates are copied: volumes pre-bound to this claim, and free ones.
-        let (volumes, _) = api.store.list(self.volumes, None, |pv| {
-            let r = &pv["spec"]["claimRef"];
-            r.is_null()
-                || (r["name"].as_str() == Some(&name) && r["namespace"].as_str() == Some(&ns))
-        });
+        // Only the candidates, found by index: volumes pre-bound to this claim, and free
+        // ones (a populated cluster holds tens of thousands of bound volumes).
+        let volumes = api.store.indexed(
+            self.volumes,
+            VOLUMES_BY_CLAIM,
+            &[FREE_VOLUME, &format!("{ns}/{name}")],
+            |_| true,
+        );
         // As the real index does, even a volume pre-bound to the claim must be big enough
         // and have its access and volume modes (its class is not checked).
         let prebound = volumes.iter().find(|pv| {
@@ -253,15 +259,12 @@ impl Pv {
         if waits && annotation(claim, ANN_SELECTED_NODE).is_none() {
             // Pods that use the claim and wait for the scheduler are named, as the real
             // controller does.
-            let (unscheduled, _) = api.store.list(self.pods, Some(&ns), |p| {
-                p["spec"]["nodeName"].as_str().is_none_or(str::is_empty)
-                    && !matches!(phase(p), "Succeeded" | "Failed")
-                    && p["spec"]["volumes"].as_array().is_some_and(|vols| {
-                        vols.iter().any(|v| {
-                            v["persistentVolumeClaim"]["claimName"].as_str() == Some(&name)
-                        })
-                    })
-            });
+            let unscheduled =
+                api.store
+                    .indexed(self.pods, PODS_BY_CLAIM, &[&format!("{ns}/{name}")], |p| {
+                        p["spec"]["nodeName"].as_str().is_none_or(str::is_empty)
+                            && !matches!(phase(p), "Succeeded" | "Failed")
+                    });
             let names: Vec<&str> = unscheduled.iter().map(name_of).collect();
             let (reason, message) = match names.as_slice() {
                 [] => (
@@ -298,13 +301,11 @@ impl Pv {
     }
 
     fn claim_in_use(&self, api: &Api, ns: &str, name: &str) -> bool {
-        let (pods, _) = api.store.list(self.pods, Some(ns), |p| {
-            !matches!(phase(p), "Succeeded" | "Failed")
-                && p["spec"]["volumes"].as_array().is_some_and(|vols| {
-                    vols.iter()
-                        .any(|v| v["persistentVolumeClaim"]["claimName"].as_str() == Some(name))
-                })
-        });
+        let pods = api
+            .store
+            .indexed(self.pods, PODS_BY_CLAIM, &[&format!("{ns}/{name}")], |p| {
+                !matches!(phase(p), "Succeeded" | "Failed")
+            });
         !pods.is_empty()
     }
 
@@ -350,10 +351,17 @@ impl Pv {
     fn finish_claim(&self, api: &Api, claim: &Value, pv: &Value) {
         let capacity = pv["spec"]["capacity"].clone();
         let modes = pv["spec"]["accessModes"].clone();
-        self.modify(api, self.volumes, "", name_of(pv), |v| {
-            v["status"]["phase"] = json!("Bound");
-            true
-        });
+        // Mostly Bound already (bind has just made it so): looked at in place first.
+        if api
+            .store
+            .peek(self.volumes, "", name_of(pv), |v| phase(v) != "Bound")
+            == Some(true)
+        {
+            self.modify(api, self.volumes, "", name_of(pv), |v| {
+                v["status"]["phase"] = json!("Bound");
+                true
+            });
+        }
         self.modify(api, self.claims, ns_of(claim), name_of(claim), |c| {
             c["metadata"]["annotations"][BIND_COMPLETED] = json!("yes");
             c["status"]["phase"] = json!("Bound");
@@ -575,9 +583,37 @@ impl Pv {
         };
         let full = changes.is_empty() || changes.iter().any(|c| c.rid == self.classes);
         if full {
-            let (volumes, _) = api.store.list(self.volumes, None, |_| true);
-            for v in &volumes {
-                self.sync_volume(api, v);
+            // A volume bound to a claim that is bound to it, and Bound, has nothing to sync:
+            // it is passed over in place, without a copy of it or its claim (a populated
+            // cluster holds tens of thousands, and this runs every resync).
+            let (claims, volumes) = (self.claims, self.volumes);
+            let unsettled: Vec<String> = api.store.read(|objects| {
+                objects
+                    .all(volumes)
+                    .filter(|pv| {
+                        let r = &pv["spec"]["claimRef"];
+                        let uid = r["uid"].as_str().unwrap_or_default();
+                        let settled = phase(pv) == "Bound"
+                            && !uid.is_empty()
+                            && objects
+                                .get(
+                                    claims,
+                                    r["namespace"].as_str().unwrap_or_default(),
+                                    r["name"].as_str().unwrap_or_default(),
+                                )
+                                .is_some_and(|c| {
+                                    uid_of(c) == uid
+                                        && c["spec"]["volumeName"].as_str() == Some(name_of(pv))
+                                });
+                        !settled
+                    })
+                    .map(|pv| name_of(pv).to_owned())
+                    .collect()
+            });
+            for name in &unsettled {
+                if let Some(v) = api.store.get(volumes, "", name) {
+                    self.sync_volume(api, &v);
+                }
             }
             let (claims, _) = api
                 .store
@@ -599,9 +635,9 @@ impl Pv {
             if c.rid == self.claims {
                 if deleted {
                     // A claim that went away releases the volumes bound to it.
-                    let (bound, _) = api.store.list(self.volumes, None, |v| {
-                        v["spec"]["claimRef"]["uid"].as_str() == Some(uid_of(o))
-                    });
+                    let bound =
+                        api.store
+                            .indexed(self.volumes, VOLUMES_BY_CLAIM_UID, &[uid_of(o)], |_| true);
                     volume_names.extend(bound.iter().map(|v| name_of(v).to_owned()));
                 } else {
                     claim_keys.push((ns_of(o).to_owned(), name_of(o).to_owned()));
@@ -641,9 +677,13 @@ impl Pv {
         }
         claim_keys.sort();
         claim_keys.dedup();
+        // Most claims a batch names are bound and settled: they are looked at in place, and
+        // only those with work copied.
+        let unsettled = |c: &Value| phase(c) != "Bound" || is_deleting(c);
         for (ns, name) in &claim_keys {
-            if let Some(c) = api.store.get(self.claims, ns, name)
-                && (phase(&c) != "Bound" || is_deleting(&c))
+            if api.store.peek(self.claims, ns, name, unsettled) == Some(true)
+                && let Some(c) = api.store.get(self.claims, ns, name)
+                && unsettled(&c)
             {
                 self.sync_claim(api, &c);
             }
