@@ -4,7 +4,8 @@
 //! time from a new claim to its Job while the N exist.
 //!
 //! `cargo bench --bench controller_restart` (`CLAIMS=50000` for another count). The
-//! controller runs as its own process (the release binary), so its memory is its own.
+//! controller runs as its own process (the release binary), so its memory is its own
+//! (`CONTROLLER_WRAPPER=heaptrack` runs it under that profiler).
 
 #[path = "../tests/common/populate.rs"]
 mod populate;
@@ -120,7 +121,17 @@ fn setup(sb: &Sandbox) {
 }
 
 fn start_controller(sb: &Sandbox, addr: std::net::SocketAddr) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_flex-provisioner"))
+    // `CONTROLLER_WRAPPER=heaptrack` (say) runs the controller under a profiler.
+    let wrapper = std::env::var("CONTROLLER_WRAPPER").ok();
+    let mut command = match &wrapper {
+        Some(w) => {
+            let mut c = Command::new(w);
+            c.arg(env!("CARGO_BIN_EXE_flex-provisioner"));
+            c
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_flex-provisioner")),
+    };
+    command
         .args([
             "run",
             &format!("--config-namespace={NS}"),

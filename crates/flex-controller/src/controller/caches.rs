@@ -12,8 +12,9 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::ResourceExt;
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 
+use super::compact::Compact;
 use super::index::Indexed;
 use crate::names::{
     ANN_PROVISIONED_BY, ANN_SOURCE_VOLUME, ANN_STORAGE_CLASS, ANN_STORAGE_PROVISIONER,
@@ -23,9 +24,10 @@ use crate::names::{
 /// The reflector stores decisions read; ConfigMaps, Jobs, pods and the Job controller's
 /// `FailedCreate` events per config namespace.
 pub struct Caches {
-    pub claims: Indexed<PersistentVolumeClaim>,
+    /// Claims and PVs are the kinds a cluster has tens of thousands of: held compact.
+    pub claims: Indexed<PersistentVolumeClaim, Compact<PersistentVolumeClaim>>,
     pub classes: Store<StorageClass>,
-    pub volumes: Store<PersistentVolume>,
+    pub volumes: Store<Compact<PersistentVolume>>,
     pub nodes: Store<Node>,
     pub config_maps: Vec<Store<ConfigMap>>,
     pub jobs: Vec<Indexed<Job>>,
@@ -64,9 +66,21 @@ impl Caches {
         self.jobs.iter().flat_map(|s| s.store.state()).collect()
     }
 
-    /// The cached claim with this uid.
-    pub fn claim_with_uid(&self, uid: &str) -> Option<Arc<PersistentVolumeClaim>> {
-        self.claims.by(&by_claim(uid)).into_iter().next()
+    /// The cached claim `namespace/name`.
+    pub fn claim(&self, namespace: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>> {
+        let c = self
+            .claims
+            .store
+            .get(&ObjectRef::new(name).within(namespace))?;
+        c.full().map(Arc::new)
+    }
+
+    /// The cached PV of this name.
+    pub fn volume(&self, name: &str) -> Option<Arc<PersistentVolume>> {
+        self.volumes
+            .get(&ObjectRef::new(name))?
+            .full()
+            .map(Arc::new)
     }
 
     /// The Job controller's latest `FailedCreate` event about this Job.
@@ -88,22 +102,15 @@ fn label<'a>(labels: &'a BTreeMap<String, String>, key: &str) -> Option<&'a Stri
     labels.get(key).filter(|v| !v.is_empty())
 }
 
+/// Claims are found by name (the store's key) or by class (for a change of the class or
+/// its ConfigMap); nothing else is kept per claim, since there are tens of thousands.
 pub fn claim_keys(c: &PersistentVolumeClaim) -> Vec<String> {
-    let mut keys: Vec<String> = c
-        .metadata
-        .uid
-        .as_deref()
-        .map(by_claim)
-        .into_iter()
-        .collect();
-    if let Some(class) = c
-        .spec
+    c.spec
         .as_ref()
         .and_then(|s| s.storage_class_name.as_deref())
-    {
-        keys.push(by_class(class));
-    }
-    keys
+        .map(by_class)
+        .into_iter()
+        .collect()
 }
 
 pub fn job_keys(j: &Job) -> Vec<String> {
@@ -293,7 +300,7 @@ mod tests {
                    "spec": {"storageClassName": "other", "volumeName": "pv-1"},
                    "status": {"phase": "Bound"}})
         );
-        assert_eq!(claim_keys(&c), ["claim/u", "class/other"]);
+        assert_eq!(claim_keys(&c), ["class/other"]);
     }
 
     #[test]

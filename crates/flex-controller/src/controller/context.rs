@@ -31,6 +31,9 @@ pub struct Context {
     pub starts: Starts,
     /// Consecutive reconcile failures per object, for the backoff.
     pub failures: Failures,
+    /// Idempotent writes already made (a volume's record, its final patch), so a reconcile
+    /// on a cache that has not caught up yet does not send them again.
+    pub written: Seen,
     recorder: Recorder,
     said: Seen,
 }
@@ -56,6 +59,7 @@ impl Context {
             starts: Starts::default(),
             failures: Failures::default(),
             metrics,
+            written: Seen::default(),
             said: Seen::default(),
         }
     }

@@ -26,8 +26,7 @@ pub(super) async fn reconcile_expansion(
     // (the plan would ignore the others anyway).
     let Some(pv) = ctx
         .caches
-        .volumes
-        .get(&ObjectRef::new(&volume_name))
+        .volume(&volume_name)
         .filter(|pv| flex_core::volume::provisioned_by(pv, &opts.provisioner_name))
     else {
         return Ok(Action::await_change());

@@ -12,22 +12,28 @@ use kube::runtime::watcher;
 /// The index keys of an object (e.g. `claim/<uid>`); most objects have one or two.
 pub type KeysOf<K> = fn(&K) -> Vec<String>;
 
-struct Maps<K: Resource<DynamicType = ()>> {
-    by_key: HashMap<String, HashSet<ObjectRef<K>>>,
-    of_object: HashMap<ObjectRef<K>, Vec<String>>,
+/// An object as `namespace/name` (namespaces hold no '/'), shared by both maps: the index
+/// of a cache of 50,000 claims must not cost more than the claims.
+type At = Arc<str>;
+
+fn at_of<K: Resource<DynamicType = ()>>(o: &K) -> At {
+    let m = o.meta();
+    format!(
+        "{}/{}",
+        m.namespace.as_deref().unwrap_or_default(),
+        m.name.as_deref().unwrap_or_default()
+    )
+    .into()
 }
 
-impl<K: Resource<DynamicType = ()>> Default for Maps<K> {
-    fn default() -> Self {
-        Maps {
-            by_key: HashMap::new(),
-            of_object: HashMap::new(),
-        }
-    }
+#[derive(Default)]
+struct Maps {
+    by_key: HashMap<Box<str>, HashSet<At>>,
+    of_object: HashMap<At, Box<[Box<str>]>>,
 }
 
-impl<K: Resource<DynamicType = ()>> Maps<K> {
-    fn remove(&mut self, at: &ObjectRef<K>) {
+impl Maps {
+    fn remove(&mut self, at: &str) {
         for key in self.of_object.remove(at).into_iter().flatten() {
             if let Some(set) = self.by_key.get_mut(&key) {
                 set.remove(at);
@@ -38,16 +44,21 @@ impl<K: Resource<DynamicType = ()>> Maps<K> {
         }
     }
 
-    fn insert(&mut self, at: ObjectRef<K>, keys: Vec<String>) {
+    fn insert(&mut self, at: At, keys: Vec<String>) {
         self.remove(&at);
         if keys.is_empty() {
             return;
         }
+        let keys: Box<[Box<str>]> = keys.into_iter().map(String::into_boxed_str).collect();
         for key in &keys {
-            self.by_key
-                .entry(key.clone())
-                .or_default()
-                .insert(at.clone());
+            match self.by_key.get_mut(key) {
+                Some(set) => {
+                    set.insert(at.clone());
+                }
+                None => {
+                    self.by_key.insert(key.clone(), HashSet::from([at.clone()]));
+                }
+            }
         }
         self.of_object.insert(at, keys);
     }
@@ -57,8 +68,8 @@ impl<K: Resource<DynamicType = ()>> Maps<K> {
 /// store (a relist builds a new index and swaps it in, as the store does).
 pub struct Index<K: Resource<DynamicType = ()>> {
     keys_of: KeysOf<K>,
-    live: RwLock<Maps<K>>,
-    relisting: RwLock<Option<Maps<K>>>,
+    live: RwLock<Maps>,
+    relisting: RwLock<Option<Maps>>,
 }
 
 impl<K: Resource<DynamicType = ()>> Index<K> {
@@ -75,10 +86,8 @@ impl<K: Resource<DynamicType = ()>> Index<K> {
             m.write().unwrap_or_else(|e| e.into_inner())
         }
         match event {
-            watcher::Event::Apply(obj) => {
-                write(&self.live).insert(ObjectRef::from_obj(obj), (self.keys_of)(obj))
-            }
-            watcher::Event::Delete(obj) => write(&self.live).remove(&ObjectRef::from_obj(obj)),
+            watcher::Event::Apply(obj) => write(&self.live).insert(at_of(obj), (self.keys_of)(obj)),
+            watcher::Event::Delete(obj) => write(&self.live).remove(&at_of(obj)),
             watcher::Event::Init => {
                 *self.relisting.write().unwrap_or_else(|e| e.into_inner()) = Some(Maps::default())
             }
@@ -89,7 +98,7 @@ impl<K: Resource<DynamicType = ()>> Index<K> {
                     .unwrap_or_else(|e| e.into_inner())
                     .as_mut()
                 {
-                    m.insert(ObjectRef::from_obj(obj), (self.keys_of)(obj));
+                    m.insert(at_of(obj), (self.keys_of)(obj));
                 }
             }
             watcher::Event::InitDone => {
@@ -106,23 +115,36 @@ impl<K: Resource<DynamicType = ()>> Index<K> {
     }
 
     pub fn get(&self, key: &str) -> Vec<ObjectRef<K>> {
-        self.live
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .by_key
-            .get(key)
-            .map(|s| s.iter().cloned().collect())
-            .unwrap_or_default()
+        let live = self.live.read().unwrap_or_else(|e| e.into_inner());
+        let Some(set) = live.by_key.get(key) else {
+            return Vec::new();
+        };
+        set.iter()
+            .map(|at| {
+                let (ns, name) = at.split_once('/').unwrap_or(("", at));
+                match ns {
+                    "" => ObjectRef::new(name),
+                    ns => ObjectRef::new(name).within(ns),
+                }
+            })
+            .collect()
     }
 }
 
-/// A reflector store and its index.
-pub struct Indexed<K: Resource<DynamicType = ()> + Clone + 'static> {
-    pub store: Store<K>,
+/// A reflector store (of `S`: `K` itself, or `Compact<K>`) and the index of its objects.
+pub struct Indexed<K: Resource<DynamicType = ()> + Clone + 'static, S = K>
+where
+    S: Resource<DynamicType = ()> + Clone + 'static,
+{
+    pub store: Store<S>,
     pub index: Arc<Index<K>>,
 }
 
-impl<K: Resource<DynamicType = ()> + Clone + 'static> Clone for Indexed<K> {
+impl<K, S> Clone for Indexed<K, S>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+    S: Resource<DynamicType = ()> + Clone + 'static,
+{
     fn clone(&self) -> Self {
         Indexed {
             store: self.store.clone(),
@@ -131,14 +153,34 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Clone for Indexed<K> {
     }
 }
 
-impl<K: Resource<DynamicType = ()> + Clone + 'static> Indexed<K> {
+/// The same object's reference as the store's type.
+pub fn as_ref_of<S: Resource<DynamicType = ()>, K: Resource<DynamicType = ()>>(
+    r: &ObjectRef<K>,
+) -> ObjectRef<S> {
+    let at = ObjectRef::new(&r.name);
+    match &r.namespace {
+        Some(ns) => at.within(ns),
+        None => at,
+    }
+}
+
+impl<K, S> Indexed<K, S>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+    S: Resource<DynamicType = ()> + Clone + 'static,
+{
     /// The cached objects under `key` (an object the store dropped since is skipped).
-    pub fn by(&self, key: &str) -> Vec<Arc<K>> {
+    pub fn by(&self, key: &str) -> Vec<Arc<S>> {
         self.index
             .get(key)
             .iter()
-            .filter_map(|r| self.store.get(r))
+            .filter_map(|r| self.store.get(&as_ref_of(r)))
             .collect()
+    }
+
+    /// The references under `key`, as the store's type.
+    pub fn refs(&self, key: &str) -> Vec<ObjectRef<S>> {
+        self.index.get(key).iter().map(as_ref_of).collect()
     }
 }
 

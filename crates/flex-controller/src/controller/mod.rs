@@ -4,6 +4,7 @@
 //! from the same watches. Decisions are made in `plan`; this module fetches and applies.
 
 mod caches;
+mod compact;
 mod concurrency;
 mod configs;
 mod context;
@@ -33,6 +34,7 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 
+use compact::Compact;
 pub use context::{Caches, Context};
 
 /// Reconciles in flight per controller. Unbounded, a restart in a cluster of 50,000 claims
@@ -155,29 +157,31 @@ async fn mark_pv_created(
 
 fn claim_ref_of(
     annotations: Option<&std::collections::BTreeMap<String, String>>,
-) -> Option<ObjectRef<PersistentVolumeClaim>> {
+) -> Option<ObjectRef<Compact<PersistentVolumeClaim>>> {
     let (ns, name) = annotations?.get(ANN_CLAIM)?.split_once('/')?;
     Some(ObjectRef::new(name).within(ns))
 }
 
 fn claims_of_class(
-    claims: &index::Indexed<PersistentVolumeClaim>,
+    claims: &index::Indexed<PersistentVolumeClaim, Compact<PersistentVolumeClaim>>,
     class: &str,
-) -> Vec<ObjectRef<PersistentVolumeClaim>> {
-    claims.index.get(&caches::by_class(class))
+) -> Vec<ObjectRef<Compact<PersistentVolumeClaim>>> {
+    claims.refs(&caches::by_class(class))
 }
 
 /// A store kept current by a watch, indexed by `keys`, with `trim` applied to each object
-/// before it is stored, and the stream of objects it saw change (which must be polled: the
-/// controller does, as a trigger).
-fn reflect<K>(
+/// before it is stored as `convert` makes it (the object itself, or `Compact`), and the
+/// stream of objects it saw change (which must be polled: the controller does, as a
+/// trigger).
+fn reflect<K, S>(
     api: Api<K>,
     cfg: watcher::Config,
     trim: impl Fn(&mut K) + Send + 'static,
     keys: index::KeysOf<K>,
+    convert: fn(K) -> S,
 ) -> (
-    index::Indexed<K>,
-    impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+    index::Indexed<K, S>,
+    impl futures::Stream<Item = Result<S, watcher::Error>> + Send + 'static,
 )
 where
     K: Resource<DynamicType = ()>
@@ -187,6 +191,7 @@ where
         + Send
         + Sync
         + 'static,
+    S: Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
 {
     use futures::TryStreamExt;
     let (store, writer) = reflector::store();
@@ -197,10 +202,22 @@ where
     let stream = watcher(api, cfg)
         .default_backoff()
         .modify(trim)
-        .reflect(writer)
         .inspect_ok(move |event| indexing.apply(event))
+        .map_ok(move |event| convert_event(event, convert))
+        .reflect(writer)
         .touched_objects();
     (index::Indexed { store, index }, stream)
+}
+
+fn convert_event<K, S>(event: watcher::Event<K>, f: fn(K) -> S) -> watcher::Event<S> {
+    use watcher::Event;
+    match event {
+        Event::Apply(o) => Event::Apply(f(o)),
+        Event::Delete(o) => Event::Delete(f(o)),
+        Event::Init => Event::Init,
+        Event::InitApply(o) => Event::InitApply(f(o)),
+        Event::InitDone => Event::InitDone,
+    }
 }
 
 /// Keeps the active-Jobs gauge current from the Job cache.
@@ -308,12 +325,14 @@ async fn act(
         watcher::Config::default(),
         caches::trim_meta,
         caches::no_keys,
+        std::convert::identity,
     );
     let (volumes, volumes_stream) = reflect(
         Api::<PersistentVolume>::all(client.clone()),
         watcher::Config::default(),
         caches::trim_volume(&provisioner),
         caches::no_keys,
+        Compact::new,
     );
     // Nodes are read for their names and labels: a cache, not a GET per reconcile. Their
     // changes trigger nothing (the stream is only drained).
@@ -322,6 +341,7 @@ async fn act(
         watcher::Config::default(),
         caches::trim_node,
         caches::no_keys,
+        std::convert::identity,
     );
 
     let mut config_maps = Vec::new();
@@ -338,6 +358,7 @@ async fn act(
             watcher::Config::default().labels(&cfg_selector),
             caches::trim_meta,
             caches::no_keys,
+            std::convert::identity,
         );
         config_maps.push(s.store);
         cm_streams.push(stream.boxed());
@@ -346,6 +367,7 @@ async fn act(
             watcher::Config::default().labels(&ours),
             caches::trim_meta,
             caches::job_keys,
+            std::convert::identity,
         );
         jobs.push(s);
         job_streams.push(stream.boxed());
@@ -354,6 +376,7 @@ async fn act(
             watcher::Config::default().labels(&ours),
             caches::trim_pod,
             caches::pod_keys,
+            std::convert::identity,
         );
         pods.push(s);
         pod_streams.push(stream.boxed());
@@ -364,6 +387,7 @@ async fn act(
             watcher::Config::default().fields("reason=FailedCreate,involvedObject.kind=Job"),
             caches::trim_meta,
             caches::no_keys,
+            std::convert::identity,
         );
         failed_creates.push(s.store);
         event_streams.push(stream.boxed());
@@ -374,6 +398,7 @@ async fn act(
         watcher::Config::default(),
         caches::trim_claim(&provisioner),
         caches::claim_keys,
+        Compact::new,
     );
     let config = controller::Config::default().concurrency(RECONCILES_AT_ONCE);
     let controller =
@@ -409,7 +434,7 @@ async fn act(
 
     // PVs and our Jobs trigger both controllers (and Jobs the orphan check) from one watch each.
     let ([volumes_for_claims, volumes_for_volumes], share_volumes) =
-        fan_out::fan_out::<PersistentVolume, 2>(volumes_stream);
+        fan_out::fan_out::<Compact<PersistentVolume>, 2>(volumes_stream);
     let ([jobs_for_claims, jobs_for_volumes, jobs_for_orphans], share_jobs) =
         fan_out::fan_out::<Job, 3>(futures::stream::select_all(job_streams));
     let orphans_run = orphans::run(jobs_for_orphans, ctx.clone());
@@ -465,8 +490,8 @@ async fn act(
                 claim_ref_of(job.meta().annotations.as_ref())
             },
         )
-        .watches_stream(volumes_for_claims, |pv: PersistentVolume| {
-            let r = pv.spec?.claim_ref?;
+        .watches_stream(volumes_for_claims, |pv: Compact<PersistentVolume>| {
+            let r = pv.full()?.spec?.claim_ref?;
             Some(ObjectRef::new(r.name.as_deref()?).within(r.namespace.as_deref()?))
         })
         .watches_stream(classes_stream, move |sc: StorageClass| {

@@ -47,7 +47,10 @@ async fn look_into(ctx: &Context, job: &Job) -> crate::Result<()> {
     // A claim still shown, but being deleted, is waited out: the Job's next event may be
     // its removal, long after its pod (and report) is gone.
     loop {
-        let claim = ctx.caches.claim_with_uid(&claim_uid);
+        // The Job names its claim; the one cached under that name counts only with the uid.
+        let claim = super::claim_ref_of(job.meta().annotations.as_ref())
+            .and_then(|r| ctx.caches.claim(r.namespace.as_deref()?, &r.name))
+            .filter(|c| c.uid().as_deref() == Some(claim_uid.as_str()));
         match claim {
             None => break,
             Some(c)

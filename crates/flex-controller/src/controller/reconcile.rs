@@ -27,7 +27,10 @@ use crate::plan::claim::{
 use crate::plan::{Notice, reasons};
 use crate::rendered::RenderRequest;
 
-const RUNNING_RECHECK: Duration = Duration::from_secs(30);
+/// A running attempt is looked at again on every change of its Job, its pods and the Job
+/// controller's events about it; this is only the safety net. Short, it made a long burst
+/// cost each waiting claim a reconcile (and a render) every few seconds.
+const RUNNING_RECHECK: Duration = Duration::from_secs(120);
 
 fn is_provision(job: &Job) -> bool {
     super::context::action_is(job.labels(), "provision")
@@ -40,10 +43,13 @@ const RECHECK_BLOCKED: Duration = Duration::from_secs(60);
 const RECHECK_SOURCE: Duration = Duration::from_secs(5);
 
 pub async fn reconcile(
-    claim: Arc<PersistentVolumeClaim>,
+    cached: Arc<super::compact::Compact<PersistentVolumeClaim>>,
     ctx: Arc<Context>,
 ) -> crate::Result<Action> {
     ctx.ready().await;
+    let Some(claim) = cached.full().map(Arc::new) else {
+        return Ok(Action::await_change());
+    };
     let opts = &ctx.opts;
     let uid = claim.uid().unwrap_or_default();
     let class = claim
@@ -73,7 +79,7 @@ pub async fn reconcile(
     let mut jobs = ctx.caches.jobs_by(&by_claim(&uid));
     jobs.retain(|j| is_provision(j));
     let pods = ctx.caches.pods_by(&by_claim(&uid));
-    let pv = ctx.caches.volumes.get(&ObjectRef::new(&pv_name(&uid)));
+    let pv = ctx.caches.volume(&pv_name(&uid));
     let node = claim
         .annotations()
         .get(ANN_SELECTED_NODE)
@@ -82,6 +88,11 @@ pub async fn reconcile(
     let created_attempt = ctx
         .starts
         .unseen_for(&uid, |name| jobs.iter().any(|j| j.name_any() == name));
+    // The PV created here a moment ago, not cached yet: its event brings the claim back.
+    let pv_key = format!("pv/{uid}");
+    if ctx.starts.unseen_for(&pv_key, |_| pv.is_some()).is_some() {
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
     // Rendering is CPU work bounded by its budget (time and bytes): it runs on a blocking
     // thread, so a hostile template or claim never stalls the reconciles of other classes.
     let ours = [ANN_STORAGE_PROVISIONER, ANN_STORAGE_PROVISIONER_BETA]
@@ -202,7 +213,10 @@ pub async fn reconcile(
                 .create(&kube::api::PostParams::default(), &pv)
                 .await
             {
-                Ok(_) => Action::await_change(),
+                Ok(_) => {
+                    ctx.starts.record_for(&pv_key, &pv.name_any(), 0);
+                    Action::await_change()
+                }
                 Err(kube::Error::Api(s)) if s.code == 409 => {
                     Action::requeue(Duration::from_secs(1))
                 }
@@ -241,7 +255,11 @@ pub async fn reconcile(
             // The record first: a volume with our finalizer but no record could never be
             // deprovisioned (it would be kept, with a warning).
             if let Some(record) = record {
-                create_or_adopt(&ctx, record.as_ref()).await?;
+                let key = format!("record/{}", record.name_any());
+                if !ctx.written.contains(&key) {
+                    create_or_adopt(&ctx, record.as_ref()).await?;
+                    ctx.written.insert(&key);
+                }
             }
             if let Some(patch) = patch {
                 let pvs: Api<PersistentVolume> = Api::all(ctx.client.clone());

@@ -1,4 +1,4 @@
-//! The keys of notices already published, in bounded memory: two generations of at most
+//! The keys of notices already published (or writes already made), in bounded memory: two generations of at most
 //! `capacity` keys each. When the newer one fills up, the older is dropped, so a key not
 //! seen for a long time may be said once more (Kubernetes' event aggregation absorbs that),
 //! while a controller that runs for months never grows without bound.
@@ -44,6 +44,12 @@ impl Seen {
         fresh
     }
 
+    /// Whether `key` is remembered (without recording it).
+    pub fn contains(&self, key: &str) -> bool {
+        let g = self.generations.lock().unwrap_or_else(|e| e.into_inner());
+        g.0.contains(key) || g.1.contains(key)
+    }
+
     /// How many keys are held (at most twice the capacity).
     #[cfg(test)]
     fn len(&self) -> usize {
@@ -59,8 +65,10 @@ mod tests {
     #[test]
     fn a_key_is_fresh_once_and_memory_stays_bounded() {
         let seen = Seen::with_capacity(100);
+        assert!(!seen.contains("a"));
         assert!(seen.insert("a"));
         assert!(!seen.insert("a"));
+        assert!(seen.contains("a"));
         for i in 0..10_000 {
             assert!(seen.insert(&format!("k{i}")));
             // A key in use keeps being remembered across generations.

@@ -2,9 +2,7 @@
 //! from the caches (bound to a volume of ours, its parameters from the volume's record),
 //! or an admin's object of a listed kind, read from the API server.
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, DynamicObject};
-use kube::runtime::reflector::ObjectRef;
 
 use super::context::Context;
 use crate::claim::{ClaimRequest, DataSource};
@@ -66,12 +64,7 @@ async fn clone_source(
 ) -> crate::Result<SourceData> {
     let unusable = |why: String| Ok(SourceData::Unusable(why));
     let at = format!("{}/{}", claim.namespace, ds.name);
-    let Some(source) = ctx
-        .caches
-        .claims
-        .store
-        .get(&ObjectRef::<PersistentVolumeClaim>::new(&ds.name).within(&claim.namespace))
-    else {
+    let Some(source) = ctx.caches.claim(&claim.namespace, &ds.name) else {
         return unusable(format!("the source claim {at} does not exist"));
     };
     let bound = source.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
@@ -83,11 +76,7 @@ async fn clone_source(
     else {
         return unusable(format!("the source claim {at} is not bound yet"));
     };
-    let Some(pv) = ctx
-        .caches
-        .volumes
-        .get(&ObjectRef::<PersistentVolume>::new(&volume))
-    else {
+    let Some(pv) = ctx.caches.volume(&volume) else {
         return unusable(format!(
             "the source claim's volume {volume} is not seen yet"
         ));

@@ -9,7 +9,6 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
 use super::caches::{by_claim, by_source, by_volume};
@@ -37,10 +36,13 @@ pub(super) async fn fetch_record(
 }
 
 pub async fn reconcile_volume(
-    pv: Arc<PersistentVolume>,
+    cached: Arc<super::compact::Compact<PersistentVolume>>,
     ctx: Arc<Context>,
 ) -> crate::Result<Action> {
     ctx.ready().await;
+    let Some(pv) = cached.full().map(Arc::new) else {
+        return Ok(Action::await_change());
+    };
     let opts = &ctx.opts;
     if !flex_core::volume::provisioned_by(&pv, &opts.provisioner_name) {
         return Ok(Action::await_change());
@@ -88,9 +90,7 @@ pub async fn reconcile_volume(
     let at = claim_ref
         .as_ref()
         .and_then(|r| Some((r.namespace.clone()?, r.name.clone()?)));
-    let cached = at
-        .as_ref()
-        .and_then(|(ns, n)| ctx.caches.claims.store.get(&ObjectRef::new(n).within(ns)));
+    let cached = at.as_ref().and_then(|(ns, n)| ctx.caches.claim(ns, n));
     let plan_with = |pv: &PersistentVolume,
                      claim: Option<&PersistentVolumeClaim>,
                      record: Option<&ConfigMap>,
@@ -188,9 +188,17 @@ pub async fn reconcile_volume(
             Action::await_change()
         }
         VolumeStep::Finish(patch) => {
+            // Done already; the cache has not caught up.
+            let key = format!("finished/{pv_uid}");
+            if ctx.written.contains(&key) {
+                return Ok(Action::await_change());
+            }
             // Marked and released in one write: a restart after it never runs the Job again.
-            pvs.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await?;
+            gone_is_done(
+                pvs.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await,
+            )?;
+            ctx.written.insert(&key);
             ctx.metrics.delete_total.with_label_values(&[&class]).inc();
             let first_job = jobs
                 .iter()

@@ -1,0 +1,138 @@
+//! Objects held in a cache as compact JSON text plus the few metadata fields the caches
+//! and kube-runtime key them by, for the kinds a cluster has tens of thousands of (claims,
+//! PVs). A k8s-openapi `PersistentVolume` is 3.4 KB before any of its strings (every volume
+//! source type is an inline field), a claim 1 KB, and each map of annotations or labels
+//! another half kilobyte node; as text, a whole bound PV is well under a kilobyte. A
+//! reconcile turns the one object it needs back into the typed object (`full`).
+
+use std::borrow::Cow;
+use std::marker::PhantomData;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+pub struct Compact<K> {
+    /// Name, namespace, uid and resourceVersion only (what references are made of).
+    meta: ObjectMeta,
+    /// The whole object, as JSON.
+    body: Box<str>,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K> Clone for Compact<K> {
+    fn clone(&self) -> Self {
+        Compact {
+            meta: self.meta.clone(),
+            body: self.body.clone(),
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<K> std::fmt::Debug for Compact<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compact")
+            .field("meta", &self.meta)
+            .field("body", &self.body)
+            .finish()
+    }
+}
+
+impl<K: Resource + Serialize + DeserializeOwned> Compact<K> {
+    pub fn new(object: K) -> Self {
+        let m = object.meta();
+        let meta = ObjectMeta {
+            name: m.name.clone(),
+            namespace: m.namespace.clone(),
+            uid: m.uid.clone(),
+            resource_version: m.resource_version.clone(),
+            ..ObjectMeta::default()
+        };
+        // Serializing a k8s-openapi object cannot fail (no maps with non-string keys).
+        let body = serde_json::to_string(&object).unwrap_or_default();
+        Compact {
+            meta,
+            body: body.into_boxed_str(),
+            kind: PhantomData,
+        }
+    }
+
+    /// The typed object again (`None` only if the text kept here does not parse, which
+    /// text written by `new` always does).
+    pub fn full(&self) -> Option<K> {
+        serde_json::from_str(&self.body)
+            .inspect_err(|e| tracing::error!(error = %e, "a cached object does not parse"))
+            .ok()
+    }
+}
+
+impl<'de, K: Resource + Serialize + DeserializeOwned> Deserialize<'de> for Compact<K> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        K::deserialize(d).map(Compact::new)
+    }
+}
+
+impl<K: Resource<DynamicType = ()>> Resource for Compact<K> {
+    type DynamicType = ();
+    type Scope = K::Scope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        K::kind(dt)
+    }
+    fn group(dt: &()) -> Cow<'_, str> {
+        K::group(dt)
+    }
+    fn version(dt: &()) -> Cow<'_, str> {
+        K::version(dt)
+    }
+    fn plural(dt: &()) -> Cow<'_, str> {
+        K::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.meta
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.meta
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::PersistentVolume;
+    use serde_json::json;
+
+    #[test]
+    fn an_object_comes_back_whole_from_less_memory() {
+        let pv: PersistentVolume = serde_json::from_value(json!({
+            "metadata": {"name": "pvc-1", "uid": "u", "resourceVersion": "7",
+                         "annotations": {"pv.kubernetes.io/provisioned-by": "p"},
+                         "finalizers": ["f"]},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                     "hostPath": {"path": "/v/pvc-1"},
+                     "claimRef": {"namespace": "a", "name": "c", "uid": "cu"}},
+            "status": {"phase": "Bound"}
+        }))
+        .unwrap();
+        let compact: Compact<PersistentVolume> = Compact::new(pv.clone());
+        assert_eq!(compact.full().unwrap(), pv);
+        assert_eq!(compact.meta().name.as_deref(), Some("pvc-1"));
+        assert_eq!(compact.meta().uid.as_deref(), Some("u"));
+        assert!(
+            compact.meta().annotations.is_none(),
+            "kept in the text only"
+        );
+        let text = compact.body.len() + std::mem::size_of::<Compact<PersistentVolume>>();
+        assert!(
+            text * 2 < std::mem::size_of::<PersistentVolume>(),
+            "{text} bytes against {}",
+            std::mem::size_of::<PersistentVolume>()
+        );
+        // It is read from the API's JSON like the object itself.
+        let read: Compact<PersistentVolume> =
+            serde_json::from_value(serde_json::to_value(&pv).unwrap()).unwrap();
+        assert_eq!(read.full().unwrap(), pv);
+    }
+}
