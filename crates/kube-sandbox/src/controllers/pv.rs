@@ -53,6 +53,12 @@ struct Pv {
     throttle: Throttle,
     /// A write was held back by the rate limit: sync again when a token is due.
     deferred: std::cell::Cell<bool>,
+    /// When every volume was last passed over. The real controller resyncs every 15 s;
+    /// passing over tens of thousands of volumes on every 2 s tick held the store long
+    /// enough to slow every client's lists.
+    last_volume_pass: Option<Instant>,
+    /// The next full sync passes over every volume (it retries writes held back).
+    pass_volumes: bool,
 }
 
 /// What the Delete reclaim policy does with a released volume.
@@ -581,35 +587,46 @@ impl Pv {
                 .as_array()
                 .is_some_and(|vs| vs.iter().any(|x| x.get("persistentVolumeClaim").is_some()))
         };
-        let full = changes.is_empty() || changes.iter().any(|c| c.rid == self.classes);
+        let classes_changed = changes.iter().any(|c| c.rid == self.classes);
+        let full = changes.is_empty() || classes_changed;
         if full {
+            let volume_pass = classes_changed
+                || std::mem::take(&mut self.pass_volumes)
+                || self.last_volume_pass.is_none_or(|t| t.elapsed() >= RESYNC);
             // A volume bound to a claim that is bound to it, and Bound, has nothing to sync:
             // it is passed over in place, without a copy of it or its claim (a populated
             // cluster holds tens of thousands, and this runs every resync).
             let (claims, volumes) = (self.claims, self.volumes);
-            let unsettled: Vec<String> = api.store.read(|objects| {
-                objects
-                    .all(volumes)
-                    .filter(|pv| {
-                        let r = &pv["spec"]["claimRef"];
-                        let uid = r["uid"].as_str().unwrap_or_default();
-                        let settled = phase(pv) == "Bound"
-                            && !uid.is_empty()
-                            && objects
-                                .get(
-                                    claims,
-                                    r["namespace"].as_str().unwrap_or_default(),
-                                    r["name"].as_str().unwrap_or_default(),
-                                )
-                                .is_some_and(|c| {
-                                    uid_of(c) == uid
-                                        && c["spec"]["volumeName"].as_str() == Some(name_of(pv))
-                                });
-                        !settled
-                    })
-                    .map(|pv| name_of(pv).to_owned())
-                    .collect()
-            });
+            if volume_pass {
+                self.last_volume_pass = Some(Instant::now());
+            }
+            let unsettled: Vec<String> = if !volume_pass {
+                Vec::new()
+            } else {
+                api.store.read(|objects| {
+                    objects
+                        .all(volumes)
+                        .filter(|pv| {
+                            let r = &pv["spec"]["claimRef"];
+                            let uid = r["uid"].as_str().unwrap_or_default();
+                            let settled = phase(pv) == "Bound"
+                                && !uid.is_empty()
+                                && objects
+                                    .get(
+                                        claims,
+                                        r["namespace"].as_str().unwrap_or_default(),
+                                        r["name"].as_str().unwrap_or_default(),
+                                    )
+                                    .is_some_and(|c| {
+                                        uid_of(c) == uid
+                                            && c["spec"]["volumeName"].as_str() == Some(name_of(pv))
+                                    });
+                            !settled
+                        })
+                        .map(|pv| name_of(pv).to_owned())
+                        .collect()
+                })
+            };
             for name in &unsettled {
                 if let Some(v) = api.store.get(volumes, "", name) {
                     self.sync_volume(api, &v);
@@ -700,6 +717,8 @@ pub async fn run(api: Arc<Api>, throttle: Throttle) {
         synced: HashMap::new(),
         throttle,
         deferred: std::cell::Cell::new(false),
+        last_volume_pass: None,
+        pass_volumes: false,
     };
     let interests = vec![pv.claims, pv.volumes, pv.classes, pv.pods];
     let mut feed = Feed::new(&api, interests, Duration::from_secs(2));
@@ -709,6 +728,7 @@ pub async fn run(api: Arc<Api>, throttle: Throttle) {
         // Writes the rate limit held back: a full sync once a token is due reaches them.
         while pv.deferred.replace(false) {
             pv.throttle.ready().await;
+            pv.pass_volumes = true;
             pv.reconcile(&api, &[]);
         }
     }
