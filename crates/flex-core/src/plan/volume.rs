@@ -21,6 +21,9 @@ use crate::record::read_record;
 /// a restarted controller never deprovisions twice.
 pub const ANN_DEPROVISIONED: &str = "flex-provisioner.io/deprovisioned";
 
+/// How soon a released volume whose claim the cache still shows is looked at again.
+pub const CLAIM_CACHE_LAG: Duration = Duration::from_secs(2);
+
 /// How often a running deprovision Job is looked at besides its watch events.
 pub const RUNNING_RECHECK: Duration = Duration::from_secs(30);
 
@@ -228,9 +231,11 @@ pub fn plan_volume(i: &VolumeInputs<'_>) -> VolumePlan {
         // under the version that showed it released (our finalizer keeps it while its
         // storage is destroyed, and Kubernetes never binds a PV being deleted). That write is
         // the confirmation: no read of the claim is needed.
-        // The cache still showing the claim is the one disagreement asked about first.
+        // The cache still shows the claim: its deletion is on its way through the watch
+        // (the PV controller saw it gone). Waited for rather than read: waiting never
+        // destroys anything, and a claim that is in fact alive keeps its volume.
         VolumeState::Released if !i.claim_confirmed && cache_shows_claim(i) => {
-            done(VolumeStep::ConfirmClaim)
+            done(VolumeStep::Wait(CLAIM_CACHE_LAG))
         }
         VolumeState::Released if !i.jobs.iter().any(|j| of_this_pv(j, pv)) => {
             done(VolumeStep::Delete {

@@ -338,13 +338,13 @@ fn every_transition_of_the_volume_state_machine() {
             step: Confirm,
         },
         Case {
-            name: "released, cache says alive: ask anyway",
+            name: "released, cache says alive: wait for the cache, destroy nothing",
             pv: pv("Delete", "Released", json!({})),
             claim: Some(claim("u1", "")),
             confirmed: false,
             jobs: vec![],
             state: S::Released,
-            step: Confirm,
+            step: Wait(2),
         },
         Case {
             name: "released, confirmed gone",
