@@ -589,7 +589,13 @@ fn dispatch(
                 let item_ns = item["metadata"]["namespace"].as_str().unwrap_or(ns);
                 let item_name = item["metadata"]["name"].as_str().unwrap_or_default();
                 if let Ok(d) = api.delete(rid, item_ns, item_name, &opts) {
-                    items.push(d.body);
+                    // The list holds objects, as Kubernetes' does: a delete that answered
+                    // with a Status (the object went at once) lists the object as it was.
+                    if d.body["kind"] == "Status" {
+                        items.push(item.clone());
+                    } else {
+                        items.push(d.body);
+                    }
                 }
             }
             Ok(json_response(

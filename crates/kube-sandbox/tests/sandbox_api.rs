@@ -688,3 +688,38 @@ async fn paged_lists_across_namespaces_return_every_object_once() {
     assert_eq!(seen.len(), 9, "{seen:?}");
     assert_eq!(unique.len(), 9, "{seen:?}");
 }
+
+/// A delete of a collection answers with the list of the objects deleted, as Kubernetes
+/// does, also for objects that went at once (whose own delete answers with a Status).
+#[tokio::test]
+async fn delete_collection_lists_the_deleted_objects() {
+    let sb = start().await;
+    let cms: Api<ConfigMap> = Api::namespaced(sb.client().unwrap(), "default");
+    for name in ["x1", "x2"] {
+        let mut c = cm(name, json!({}));
+        c.metadata.labels = Some([("set".to_string(), "x".to_string())].into());
+        cms.create(&PostParams::default(), &c).await.unwrap();
+    }
+    let deleted = cms
+        .delete_collection(
+            &DeleteParams::background(),
+            &ListParams::default().labels("set=x"),
+        )
+        .await
+        .expect("a list the client can read");
+    let list = deleted.left().expect("a list of objects, not a Status");
+    let mut names: Vec<String> = list
+        .items
+        .iter()
+        .filter_map(|c| c.metadata.name.clone())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["x1", "x2"]);
+    assert!(
+        cms.list(&ListParams::default().labels("set=x"))
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+}
