@@ -35,6 +35,26 @@ pub fn record_name(pv_uid: &str) -> String {
 
 /// The record for `pv`, from what the controller itself computed for its claim (the
 /// deprovision recipe and the rendered parameters), never from the PV as written.
+/// The record also owned by the provisioning Job that made its volume, so it outlives the
+/// PV for as long as that Job exists: a Job with a record was not left without a PV by a
+/// claim deleted mid-provision (plan::orphan), whatever became of the PV since.
+pub fn with_job_owner(mut record: ConfigMap, job: &k8s_openapi::api::batch::v1::Job) -> ConfigMap {
+    if let (Some(name), Some(uid)) = (&job.metadata.name, &job.metadata.uid) {
+        record
+            .metadata
+            .owner_references
+            .get_or_insert_with(Vec::new)
+            .push(OwnerReference {
+                api_version: "batch/v1".into(),
+                kind: "Job".into(),
+                name: name.clone(),
+                uid: uid.clone(),
+                ..Default::default()
+            });
+    }
+    record
+}
+
 pub fn build_record(
     pv: &PersistentVolume,
     recipe: &JobRecipe,
@@ -57,6 +77,9 @@ pub fn build_record(
             labels: Some(BTreeMap::from([
                 (LABEL_MANAGED_BY.to_owned(), MANAGED_BY_VALUE.to_owned()),
                 (LABEL_RECORD.to_owned(), "true".to_owned()),
+                // Found by volume name while the Job that made the volume exists (see
+                // `with_job_owner`): the evidence that a PV was made for it.
+                (crate::names::LABEL_VOLUME.to_owned(), name.clone()),
             ])),
             owner_references: Some(vec![OwnerReference {
                 api_version: "v1".into(),

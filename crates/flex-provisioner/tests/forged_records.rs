@@ -132,17 +132,36 @@ async fn a_recipe_rewritten_on_a_real_pv_is_ignored() {
         Some("flex-provisioner")
     );
     assert_eq!(jobs[0].metadata.namespace.as_deref(), Some(NS));
-    // The record goes with its PV (garbage collection through its owner reference).
+    // The record outlives its PV while the Job that made the volume exists (it tells the
+    // orphan check that this Job's volume was made), then goes with it (garbage collection
+    // through its owner references, as the Job's TTL would remove the Job).
     let records: Api<k8s_openapi::api::core::v1::ConfigMap> =
         Api::namespaced(sb.client().unwrap(), NS);
-    eventually(20, "the record to be collected with its PV", || async {
-        records
-            .list(&ListParams::default().labels("flex-provisioner.io/record=true"))
-            .await
-            .ok()?
-            .items
-            .is_empty()
-            .then_some(())
-    })
+    let kept = records
+        .list(&ListParams::default().labels("flex-provisioner.io/record=true"))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(kept.len(), 1, "kept while its Job exists");
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(sb.client().unwrap(), NS);
+    jobs.delete_collection(
+        &kube::api::DeleteParams::background(),
+        &ListParams::default().labels("flex-provisioner.io/action=provision"),
+    )
+    .await
+    .unwrap();
+    eventually(
+        20,
+        "the record to be collected with its PV and Job",
+        || async {
+            records
+                .list(&ListParams::default().labels("flex-provisioner.io/record=true"))
+                .await
+                .ok()?
+                .items
+                .is_empty()
+                .then_some(())
+        },
+    )
     .await;
 }

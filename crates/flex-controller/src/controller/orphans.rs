@@ -133,9 +133,19 @@ async fn confirm(
                 "{LABEL_ACTION}=deprovision,{LABEL_VOLUME}={volume}"
             )))
             .await?;
+    let records = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(
+        ctx.client.clone(),
+        &job.namespace().unwrap_or_default(),
+    )
+    .list_metadata(&ListParams::default().labels(&format!(
+        "{}=true,{LABEL_VOLUME}={volume}",
+        crate::names::LABEL_RECORD
+    )))
+    .await?;
     Ok(Confirmed {
         claim_gone: claim.is_none_or(|c| c.uid().as_deref() != Some(claim_uid)),
         pv_exists: pv.is_some(),
         deprovisioned: !deprovisions.items.is_empty(),
+        recorded: !records.items.is_empty(),
     })
 }

@@ -120,16 +120,23 @@ pub async fn reconcile(
         true => Some(ctx.starts.turn(&class).await),
         false => None,
     };
-    let class_jobs = ctx.caches.jobs_by(&by_class(&class));
-    let cached: std::collections::HashSet<&str> = class_jobs
-        .iter()
-        .filter_map(|j| j.metadata.name.as_deref())
-        .collect();
-    let active_jobs_of_class = class_jobs
-        .iter()
-        .filter(|j| outcome(j, &[]) == JobOutcome::Running)
-        .count()
-        + ctx.starts.unseen(&class, &cached);
+    // Only a class with `max-concurrent` counts its Jobs: a burst of a class without it
+    // must not cost each reconcile a pass over every Job of the class.
+    let active_jobs_of_class = match limited {
+        false => 0,
+        true => {
+            let class_jobs = ctx.caches.jobs_by(&by_class(&class));
+            let cached: std::collections::HashSet<&str> = class_jobs
+                .iter()
+                .filter_map(|j| j.metadata.name.as_deref())
+                .collect();
+            class_jobs
+                .iter()
+                .filter(|j| outcome(j, &[]) == JobOutcome::Running)
+                .count()
+                + ctx.starts.unseen(&class, &cached)
+        }
+    };
     let hash = match (&resolved, &request) {
         (Resolved::Ready(c), Ok(req)) => inputs_hash(c, req),
         _ => String::new(),

@@ -59,11 +59,16 @@ pub async fn reconcile_volume(
     };
     let copying_jobs = ctx.caches.jobs_by(&by_source(&name));
     let volume_jobs = ctx.caches.jobs_by(&by_volume(&name));
-    let provision_jobs: Vec<&Job> = claim_jobs
+    // The Jobs that made this volume: by its claim, and by its name (a claimRef an admin
+    // cleared or re-pointed no longer names the claim they were for).
+    let mut provision_jobs: Vec<&Job> = claim_jobs
         .iter()
+        .chain(volume_jobs.iter())
         .map(AsRef::as_ref)
         .filter(|j| action_is(j.labels(), "provision"))
         .collect();
+    provision_jobs.sort_by_key(|j| j.metadata.uid.clone());
+    provision_jobs.dedup_by_key(|j| j.metadata.uid.clone());
     // A provisioning or expansion pod still at work on the volume is waited for, and so is
     // a clone's provisioning pod still copying from it.
     let provisioning = claim_jobs

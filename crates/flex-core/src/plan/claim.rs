@@ -31,6 +31,8 @@ pub const ANN_ATTEMPT: &str = "flex-provisioner.io/attempt";
 /// A failed Job is recorded on its claim when it expires less than this before the next
 /// attempt is due (the controller may be busy, or restarting, at that moment).
 const EXPIRY_MARGIN: Duration = Duration::from_secs(120);
+/// How soon a claim whose due attempt is held back is looked at after recording.
+const HELD_RECHECK: Duration = Duration::from_secs(5);
 pub const ANN_GAVE_UP: &str = "flex-provisioner.io/gave-up";
 
 /// The class configuration as the controller has it.
@@ -409,8 +411,13 @@ pub fn plan_claim_with(
     let template = pv_template(config, &request, i.node, i.provisioner_name);
     let deprovision = JobRecipe::deprovision(config, &rendered, i.node);
     let expand = JobRecipe::expand(config, &rendered, i.node);
+    let latest_job = i.jobs.iter().copied().max_by_key(|j| attempt_of(j));
     let record_for = |pv: &PersistentVolume| {
         crate::record::build_record(pv, &deprovision, Some(&expand), &rendered.parameters_json())
+            .map(|r| match latest_job {
+                Some(j) => crate::record::with_job_owner(r, j),
+                None => r,
+            })
             .map(Box::new)
     };
     let by_controller = config.provisioner.pv_creator == PvCreator::Controller;
@@ -704,7 +711,20 @@ pub fn plan_claim_with(
         .action("Retry"),
     );
     if remaining.is_zero() {
-        return start(attempt + 1, notices);
+        let next = start(attempt + 1, notices);
+        // Held back (max-concurrent, a data source not usable yet): if the failed Job
+        // expires meanwhile, its number must not be lost with it.
+        let held = !matches!(next.step, Step::Start { .. });
+        if held && on_claim < attempt && expires_before(job, at, EXPIRY_MARGIN, i.now) {
+            return plan(
+                Step::RecordAttempt {
+                    attempt,
+                    wait: HELD_RECHECK,
+                },
+                next.notices,
+            );
+        }
+        return next;
     }
     if on_claim < attempt && expires_before(job, at, remaining + EXPIRY_MARGIN, i.now) {
         return plan(

@@ -23,6 +23,9 @@ pub struct Confirmed {
     /// A deprovision Job for the volume name exists: the PV was made and deprovisioned
     /// since (deprovision Jobs outlive provision Jobs, being made later with the same TTL).
     pub deprovisioned: bool,
+    /// A deprovision record for the volume name exists: a PV was made and verified from
+    /// this Job (records are also owned by the Job, so they outlive the PV while it exists).
+    pub recorded: bool,
 }
 
 #[derive(Debug, PartialEq)]
@@ -72,7 +75,11 @@ fn template(job: &Job) -> Option<PersistentVolume> {
 
 /// The decision for a candidate (see `is_candidate`), from what the API server confirmed.
 pub fn plan_orphan(job: &Job, pods: &[&Pod], confirmed: Confirmed) -> OrphanStep {
-    if !is_candidate(job) || !confirmed.claim_gone || confirmed.pv_exists || confirmed.deprovisioned
+    if !is_candidate(job)
+        || !confirmed.claim_gone
+        || confirmed.pv_exists
+        || confirmed.deprovisioned
+        || confirmed.recorded
     {
         return OrphanStep::Nothing;
     }

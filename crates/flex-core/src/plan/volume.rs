@@ -237,7 +237,9 @@ pub fn plan_volume(i: &VolumeInputs<'_>) -> VolumePlan {
         VolumeState::Released if !i.claim_confirmed && cache_shows_claim(i) => {
             done(VolumeStep::Wait(CLAIM_CACHE_LAG))
         }
-        VolumeState::Released if !i.jobs.iter().any(|j| of_this_pv(j, pv)) => {
+        // Only with our finalizer: without it (an image-mode PV not verified yet) the delete
+        // would remove the PV at once, and with it what says there is storage to clean.
+        VolumeState::Released if has_finalizer(pv) && !i.jobs.iter().any(|j| of_this_pv(j, pv)) => {
             done(VolumeStep::Delete {
                 uid: pv.metadata.uid.clone().unwrap_or_default(),
                 resource_version: pv.metadata.resource_version.clone(),

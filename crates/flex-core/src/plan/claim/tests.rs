@@ -305,6 +305,16 @@ fn a_right_pv_is_provisioned_and_a_wrong_one_removed() {
         .as_ref()
         .expect("a fresh volume gets its deprovision record");
     assert_eq!(record.metadata.name.as_deref(), Some("flex-record-pv-1"));
+    // Owned by the PV and by the Job that made it: it outlives the PV while the Job exists,
+    // which tells the orphan check that this Job's volume was made.
+    let owners: Vec<(&str, &str)> = record
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .map(|o| (o.kind.as_str(), o.uid.as_str()))
+        .collect();
+    assert_eq!(owners, [("PersistentVolume", "pv-1"), ("Job", "j1")]);
     let patch = patch.as_ref().expect("bookkeeping is added to a bare PV");
     assert_eq!(
         patch["metadata"]["finalizers"],
@@ -619,6 +629,50 @@ fn a_failed_attempt_is_recorded_on_the_claim_only_when_its_job_expires_first() {
             ..
         }
     ));
+}
+
+#[test]
+fn a_due_attempt_held_back_records_the_failed_one_before_its_job_expires() {
+    let cfg = config(json!({"max-concurrent": "1"}), "Immediate");
+    let mut failed = job(
+        3,
+        failed("BackoffLimitExceeded", "2026-01-01T00:00:00Z"),
+        "h1",
+    );
+    failed.spec = Some(k8s_openapi::api::batch::v1::JobSpec {
+        ttl_seconds_after_finished: Some(100),
+        ..Default::default()
+    });
+    // Attempt 4 was due at 00:00:40 but the class is at max-concurrent; the failed Job goes
+    // at 00:01:40: its number is written before it is lost (max-attempts and backoff
+    // would start over otherwise).
+    let c = Case {
+        jobs: vec![failed.clone()],
+        active: 1,
+        now: "2026-01-01T00:01:00Z",
+        ..case(&cfg)
+    };
+    assert!(matches!(
+        run(&c).step,
+        Step::RecordAttempt { attempt: 3, .. }
+    ));
+    // Recorded already, or the Job far from expiring: throttled, nothing written.
+    let c = Case {
+        claim: claim(json!({"metadata": {"annotations": {ANN_ATTEMPT: "3"}}})),
+        jobs: vec![failed.clone()],
+        active: 1,
+        now: "2026-01-01T00:01:00Z",
+        ..case(&cfg)
+    };
+    assert_eq!(run(&c).step, Step::Throttled);
+    failed.spec.as_mut().unwrap().ttl_seconds_after_finished = Some(3600);
+    let c = Case {
+        jobs: vec![failed],
+        active: 1,
+        now: "2026-01-01T00:01:00Z",
+        ..case(&cfg)
+    };
+    assert_eq!(run(&c).step, Step::Throttled);
 }
 
 #[test]

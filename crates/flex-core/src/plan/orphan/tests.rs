@@ -6,6 +6,7 @@ const CONFIRMED: Confirmed = Confirmed {
     claim_gone: true,
     pv_exists: false,
     deprovisioned: false,
+    recorded: false,
 };
 
 fn job(creator: &str, reclaim: &str, sources: Option<&str>) -> Job {
@@ -69,6 +70,12 @@ fn nothing_is_made_unless_the_api_server_confirmed_it_is_needed() {
         },
         Confirmed {
             deprovisioned: true,
+            ..CONFIRMED
+        },
+        // A record made from this Job outlives the PV while the Job exists: the volume was
+        // made (and perhaps retained and let go since), so it is never made again.
+        Confirmed {
+            recorded: true,
             ..CONFIRMED
         },
     ] {

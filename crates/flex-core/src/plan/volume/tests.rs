@@ -320,6 +320,19 @@ fn every_transition_of_the_volume_state_machine() {
             step: DeleteAt,
         },
         Case {
+            name: "released without our finalizer (an image's PV not verified yet): not deleted first",
+            pv: pv(
+                "Delete",
+                "Released",
+                json!({"metadata": {"finalizers": ["kubernetes.io/pv-protection"]}}),
+            ),
+            claim: None,
+            confirmed: false,
+            jobs: vec![],
+            state: S::Released,
+            step: Confirm,
+        },
+        Case {
             name: "released and being deleted: only the record is read",
             pv: pv("Delete", "Released", deleted()),
             claim: None,
