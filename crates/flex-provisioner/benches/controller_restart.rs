@@ -212,35 +212,67 @@ async fn main() {
     );
 
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(sb.client().unwrap(), "default");
-    let t = Instant::now();
-    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
-        "metadata": {"name": "one-more"},
-        "spec": {"storageClassName": "fast", "accessModes": ["ReadWriteOnce"],
-                 "resources": {"requests": {"storage": "1Gi"}}}
-    }))
-    .unwrap();
-    let uid = claims
-        .create(&Default::default(), &claim)
-        .await
-        .unwrap()
-        .metadata
-        .uid
-        .unwrap();
     let jobs = resources::find("batch", "v1", "jobs").unwrap();
-    loop {
-        let (found, _, _) = sb.api.store.list_page(jobs, Some(NS), None, None, |j| {
-            j["metadata"]["labels"]["flex-provisioner.io/claim-uid"].as_str() == Some(&uid)
-        });
-        if !found.is_empty() {
-            break;
+    let pvcs = resources::find("", "v1", "persistentvolumeclaims").unwrap();
+    // Five claims one after the other: the time to Job, and how much of it passed before
+    // Kubernetes' PV controller (here the sandbox's) named our provisioner on the claim,
+    // which is when a provisioner may act.
+    let mut samples = Vec::new();
+    for i in 0..5 {
+        let t = Instant::now();
+        let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+            "metadata": {"name": format!("one-more-{i}")},
+            "spec": {"storageClassName": "fast", "accessModes": ["ReadWriteOnce"],
+                     "resources": {"requests": {"storage": "1Gi"}}}
+        }))
+        .unwrap();
+        let uid = claims
+            .create(&Default::default(), &claim)
+            .await
+            .unwrap()
+            .metadata
+            .uid
+            .unwrap();
+        let mut annotated = None;
+        loop {
+            if annotated.is_none()
+                && sb
+                    .api
+                    .store
+                    .get(pvcs, "default", &format!("one-more-{i}"))
+                    .is_some_and(|c| {
+                        c["metadata"]["annotations"]["volume.kubernetes.io/storage-provisioner"]
+                            .is_string()
+                    })
+            {
+                annotated = Some(t.elapsed());
+            }
+            let (found, _, _) = sb.api.store.list_page(jobs, Some(NS), None, None, |j| {
+                j["metadata"]["labels"]["flex-provisioner.io/claim-uid"].as_str() == Some(&uid)
+            });
+            if !found.is_empty() {
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(120),
+                "no Job for the new claim"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        assert!(
-            t.elapsed() < Duration::from_secs(120),
-            "no Job for the new claim"
+        let to_job = t.elapsed();
+        let annotated = annotated.unwrap_or(to_job);
+        println!(
+            "a new claim's time to Job among {n}: {to_job:.1?} (the PV controller named the provisioner after {annotated:.1?}; ours {:.1?})",
+            to_job.saturating_sub(annotated)
         );
-        tokio::time::sleep(Duration::from_millis(1)).await;
+        samples.push((to_job, to_job.saturating_sub(annotated)));
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    println!("a new claim's time to Job among {n}: {:.1?}", t.elapsed());
+    samples.sort();
+    println!(
+        "median time to Job among {n}: {:.1?} (controller's share {:.1?})",
+        samples[2].0, samples[2].1
+    );
     let _ = child.kill();
     let _ = child.wait();
 }

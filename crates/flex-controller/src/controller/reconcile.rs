@@ -80,11 +80,18 @@ pub async fn reconcile(
     jobs.retain(|j| is_provision(j));
     let pods = ctx.caches.pods_by(&by_claim(&uid));
     let pv = ctx.caches.volume(&pv_name(&uid));
-    let node = claim
-        .annotations()
-        .get(ANN_SELECTED_NODE)
+    let selected = claim.annotations().get(ANN_SELECTED_NODE);
+    let node = selected
         .and_then(|name| ctx.caches.nodes.get(&ObjectRef::new(name)))
         .map(|n| NodeInfo::from_node(&n));
+    // A node the scheduler chose that the node cache does not show yet (just joined): a
+    // Job made now would lack its placement and the PV its node affinity.
+    if selected.is_some()
+        && node.is_none()
+        && claim.spec.as_ref().is_some_and(|s| s.volume_name.is_none())
+    {
+        return Ok(Action::requeue(Duration::from_secs(2)));
+    }
     let created_attempt = ctx
         .starts
         .unseen_for(&uid, |name| jobs.iter().any(|j| j.name_any() == name));
