@@ -9,83 +9,19 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "support/controller_process.rs"]
+mod process;
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::provisioning::{NS, all_bound, burst, class, sandbox_with};
 use flex_provisioner::sandbox::{Sandbox, resources};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{Api, DeleteParams, ListParams};
+use process::{cpu_seconds, memory_mib};
 
 const AGENT: &str = "flex-provisioner";
-
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
-}
-
-fn peak_rss_mib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
-}
-
-fn start_controller(sb: &Sandbox, addr: std::net::SocketAddr) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_flex-provisioner"))
-        .args([
-            "run",
-            &format!("--config-namespace={NS}"),
-            &format!("--metrics-addr={addr}"),
-            "--no-leader-elect",
-        ])
-        .env("KUBECONFIG", &sb.kubeconfig)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("the controller binary starts")
-}
-
-async fn ready(addr: std::net::SocketAddr) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    loop {
-        if let Ok(mut s) = tokio::net::TcpStream::connect(addr).await {
-            let req = "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-            let mut out = String::new();
-            if s.write_all(req.as_bytes()).await.is_ok()
-                && s.read_to_string(&mut out).await.is_ok()
-                && out.starts_with("HTTP/1.1 200")
-            {
-                return;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Waits until the process has used no CPU for `quiet` (its last events and writes done).
-async fn settle(pid: u32, quiet: Duration) {
-    let mut last = cpu_seconds(pid);
-    let mut still_since = Instant::now();
-    let start = Instant::now();
-    while still_since.elapsed() < quiet && start.elapsed() < Duration::from_secs(600) {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        let now = cpu_seconds(pid);
-        if now - last > 0.005 {
-            still_since = Instant::now();
-        }
-        last = now;
-    }
-}
 
 /// How many objects of a resource the sandbox holds (read from its store: not a request).
 fn count(sb: &Sandbox, group: &str, plural: &str, ns: Option<&str>) -> usize {
@@ -125,16 +61,20 @@ fn events_by_reason(sb: &Sandbox) {
     println!("  events so far, by reporter and reason: {by:?}");
 }
 
+/// Waits until the controller has used no CPU for `quiet` (its last events and writes done).
+async fn settle(pid: u32, quiet: Duration) {
+    process::settle(pid, quiet, Duration::from_secs(600)).await;
+}
+
 async fn round(n: usize) {
     let sb = sandbox_with(|o| o).await;
     class(&sb, "bench", "Immediate", "make-pv", serde_json::json!({})).await;
-    let addr = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
-    let mut child = start_controller(&sb, addr);
+    let addr = process::free_addr();
+    let mut child = process::start(&sb.kubeconfig, NS, addr);
     let pid = child.id();
-    ready(addr).await;
+    while !process::http_ok(addr, "/readyz").await {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     settle(pid, Duration::from_secs(1)).await;
     println!("N = {n}");
 
@@ -180,7 +120,7 @@ async fn round(n: usize) {
         "  controller CPU: {:.1} ms per provisioned volume, {:.1} ms per deprovisioned one; peak RSS {:.0} MiB",
         cpu_provision * 1000.0 / n as f64,
         cpu_deprovision * 1000.0 / n as f64,
-        peak_rss_mib(pid)
+        memory_mib(pid).1
     );
     println!(
         "  summary N={n}: {per_provisioned:.2} req/provisioned, {per_deprovisioned:.2} req/deprovisioned, idle {idle}"

@@ -7,10 +7,13 @@
 //! controller runs as its own process (the release binary), so its memory is its own
 //! (`CONTROLLER_WRAPPER=heaptrack` runs it under that profiler).
 
+use process::{cpu_seconds, http_ok, memory_mib, settle};
+
 #[path = "../tests/common/populate.rs"]
 mod populate;
+#[path = "support/controller_process.rs"]
+mod process;
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use flex_provisioner::sandbox::{Sandbox, SandboxOptions, WriteCtx, resources};
@@ -19,44 +22,6 @@ use kube::api::{Api, ListParams};
 use serde_json::json;
 
 const NS: &str = "flex-system";
-
-/// (VmRSS, VmHWM) of a process, in MiB.
-fn memory_mib(pid: u32) -> (f64, f64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|kb| kb.parse::<f64>().ok())
-            .map_or(0.0, |kb| kb / 1024.0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
-/// User plus system CPU time of a process.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may hold spaces) start after the last ')'.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
-}
-
-async fn http_ok(addr: std::net::SocketAddr, path: &str) -> bool {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
-        return false;
-    };
-    let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    if s.write_all(req.as_bytes()).await.is_err() {
-        return false;
-    }
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out).await;
-    out.starts_with("HTTP/1.1 200")
-}
 
 /// Paged lists of claims and PVs, as a reflector makes them, at the same time.
 async fn list_everything(client: kube::Client) -> Duration {
@@ -120,51 +85,6 @@ fn setup(sb: &Sandbox) {
     );
 }
 
-fn start_controller(sb: &Sandbox, addr: std::net::SocketAddr) -> Child {
-    // `CONTROLLER_WRAPPER=heaptrack` (say) runs the controller under a profiler.
-    let wrapper = std::env::var("CONTROLLER_WRAPPER").ok();
-    let mut command = match &wrapper {
-        Some(w) => {
-            let mut c = Command::new(w);
-            c.arg(env!("CARGO_BIN_EXE_flex-provisioner"));
-            c
-        }
-        None => Command::new(env!("CARGO_BIN_EXE_flex-provisioner")),
-    };
-    command
-        .args([
-            "run",
-            &format!("--config-namespace={NS}"),
-            &format!("--metrics-addr={addr}"),
-            "--no-leader-elect",
-        ])
-        .env("KUBECONFIG", &sb.kubeconfig)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("the controller binary starts")
-}
-
-/// Waits until the process has used no CPU for `quiet`, up to `limit`.
-async fn settle(pid: u32, quiet: Duration, limit: Duration) -> Duration {
-    let start = Instant::now();
-    let mut last = cpu_seconds(pid);
-    let mut still_since = Instant::now();
-    while start.elapsed() < limit {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let now = cpu_seconds(pid);
-        if now - last > 0.005 {
-            still_since = Instant::now();
-        }
-        last = now;
-        if still_since.elapsed() >= quiet {
-            break;
-        }
-    }
-    start.elapsed()
-}
-
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
     let n: usize = std::env::var("CLAIMS")
@@ -184,12 +104,9 @@ async fn main() {
     let lists = list_everything(sb.client().unwrap()).await;
     println!("initial lists (claims and PVs, pages of 500) for a plain client: {lists:.2?}");
 
-    let addr: std::net::SocketAddr = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
+    let addr = process::free_addr();
     let started = Instant::now();
-    let mut child = start_controller(&sb, addr);
+    let mut child = process::start(&sb.kubeconfig, NS, addr);
     let pid = child.id();
     while !http_ok(addr, "/readyz").await {
         assert!(
