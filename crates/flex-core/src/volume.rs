@@ -204,7 +204,7 @@ pub fn verify(
     if let Some(reported) = expected.reported
         && reported
             .iter()
-            .any(|(k, v)| raw_spec.get(k).is_none_or(|have| have != v))
+            .any(|(k, v)| raw_spec.get(k).is_none_or(|have| !holds(have, v)))
     {
         return PvCheck::Wrong("its volume source is not the one the provisioner reported".into());
     }
@@ -256,6 +256,18 @@ fn bookkeeping_patch(
 }
 
 /// The PV's `capacity.storage` as written, or empty when it has none.
+/// Whether `stored` says everything `sent` said: the same scalars and lists, and for
+/// objects every field `sent` had. The API server adds defaults to what it stores (a
+/// hostPath source gets `type: ""`), so a PV made from a report holds more than the report.
+fn holds(stored: &serde_json::Value, sent: &serde_json::Value) -> bool {
+    match (stored, sent) {
+        (serde_json::Value::Object(have), serde_json::Value::Object(want)) => want
+            .iter()
+            .all(|(k, v)| have.get(k).is_some_and(|h| holds(h, v))),
+        _ => stored == sent,
+    }
+}
+
 pub fn storage_capacity(spec: &k8s_openapi::api::core::v1::PersistentVolumeSpec) -> String {
     spec.capacity
         .as_ref()

@@ -194,13 +194,17 @@ pub fn trim_claim(provisioner: &str) -> impl Fn(&mut PersistentVolumeClaim) + Se
 }
 
 /// A PV another provisioner made is kept as its name, uid, claimRef and class: enough to
-/// route its events and to see that it is not ours.
+/// route its events and to see that it is not ours. Kept whole: ours, and a PV named as an
+/// image names its claim's volume (`pvc-<claimRef uid>`) without any provisioner's name,
+/// as the original proposal's images write it: the claim's plan verifies it.
 pub fn trim_volume(provisioner: &str) -> impl Fn(&mut PersistentVolume) + Send + 'static {
     let provisioner = provisioner.to_owned();
     move |pv| {
         trim_meta(pv);
-        if pv.annotations().get(ANN_PROVISIONED_BY) == Some(&provisioner) {
-            return;
+        match pv.annotations().get(ANN_PROVISIONED_BY) {
+            Some(p) if *p == provisioner => return,
+            None if is_claims_volume(pv) => return,
+            _ => {}
         }
         let m = &mut pv.metadata;
         m.labels = None;
@@ -231,6 +235,16 @@ pub fn trim_volume(provisioner: &str) -> impl Fn(&mut PersistentVolume) + Send +
                 ..Default::default()
             });
     }
+}
+
+/// Whether a PV is named `pvc-<uid of the claim its claimRef names>`.
+fn is_claims_volume(pv: &PersistentVolume) -> bool {
+    let uid = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.claim_ref.as_ref())
+        .and_then(|r| r.uid.as_deref());
+    uid.is_some_and(|uid| pv.metadata.name.as_deref() == Some(crate::names::pv_name(uid).as_str()))
 }
 
 /// A node is read for its name and labels (templates and node affinity) only.
@@ -320,5 +334,26 @@ mod tests {
                    "spec": {"claimRef": {"name": "c", "namespace": "a", "uid": "u"}, "storageClassName": "other"},
                    "status": {"phase": "Bound"}})
         );
+    }
+
+    /// An image's PV as the original proposal writes it (no provisioner's name, named
+    /// after its claim's uid) is kept whole for the claim's plan to verify; another
+    /// unannotated PV (an admin's static volume) is trimmed.
+    #[test]
+    fn a_seed_style_image_volume_is_kept_whole() {
+        let seed: PersistentVolume = serde_json::from_value(json!({
+            "metadata": {"name": "pvc-u", "uid": "v"},
+            "spec": {"claimRef": {"name": "c", "namespace": "a", "uid": "u"},
+                     "storageClassName": "ours", "hostPath": {"path": "/p"},
+                     "capacity": {"storage": "1Gi"}}
+        }))
+        .unwrap();
+        let mut kept = seed.clone();
+        trim_volume("me")(&mut kept);
+        assert_eq!(kept, seed);
+        let mut other = seed.clone();
+        other.metadata.name = Some("static-1".into());
+        trim_volume("me")(&mut other);
+        assert!(other.spec.unwrap().host_path.is_none());
     }
 }

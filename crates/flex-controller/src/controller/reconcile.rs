@@ -265,6 +265,19 @@ pub async fn reconcile(
             )?;
             Action::await_change()
         }
+        Step::BoundToUnverified { pv } => {
+            // The same words on the PV, where an admin looks; counted once (on the claim).
+            let on_pv: Vec<Notice> = plan
+                .notices
+                .iter()
+                .map(|n| Notice {
+                    key: format!("on-pv/{}", n.key),
+                    ..n.clone()
+                })
+                .collect();
+            ctx.tell(&pv, &class, &on_pv).await;
+            Action::requeue(RECHECK_BLOCKED)
+        }
         Step::Provisioned { patch, record } => {
             // The record first: a volume with our finalizer but no record could never be
             // deprovisioned (it would be kept, with a warning).
@@ -286,7 +299,8 @@ pub async fn reconcile(
                     .await,
                 )?;
             }
-            Action::await_change()
+            // A bound claim may have grown: expansion looks at it.
+            super::expansion::reconcile_expansion(&claim, &ctx).await?
         }
         Step::RemoveWrongPv { uid: pv_uid } => {
             let pvs: Api<PersistentVolume> = Api::all(ctx.client.clone());

@@ -104,6 +104,10 @@ pub enum Step {
         /// one is kept: it was made from the configuration the volume was provisioned with).
         record: Option<Box<k8s_openapi::api::core::v1::ConfigMap>>,
     },
+    /// The claim is bound to its PV, but the PV does not verify (an image-mode PV the PV
+    /// controller bound before the controller could judge it): nothing is run from it, and
+    /// the notices are told on the PV as well as on the claim.
+    BoundToUnverified { pv: Box<k8s_openapi::api::core::v1::ObjectReference> },
     /// The PV our image made is wrong for this claim: delete it (provided it still has this
     /// uid), then the next attempt starts.
     RemoveWrongPv { uid: String },
@@ -505,7 +509,21 @@ pub fn plan_claim_with(
     };
 
     if let Some(pv) = i.pv {
-        return match verify(pv, &request, &template, expected) {
+        // A bound claim may have grown since: its capacity is expansion's business, not a
+        // sign of a wrong volume.
+        let judged = match stage {
+            Stage::Pending => verify(pv, &request, &template, expected),
+            _ => verify(
+                pv,
+                &ClaimRequest {
+                    bytes: kube_rules::quantity::Bytes(0),
+                    ..request.clone()
+                },
+                &template,
+                expected,
+            ),
+        };
+        return match judged {
             PvCheck::Good { patch } => {
                 let recent = latest
                     .and_then(|j| j.status.as_ref()?.completion_time.as_ref())
@@ -539,7 +557,25 @@ pub fn plan_claim_with(
                 let record = announce.then(|| record_for(pv)).flatten();
                 plan(Step::Provisioned { patch, record }, notices)
             }
-            PvCheck::Wrong(_) if stage != Stage::Pending => plan(Step::Ignore, vec![]),
+            // Kubernetes binds a PV pre-bound to its claim within moments of its creation,
+            // before the Job's success reaches the controller: a wrong one made by an image
+            // stays bound. It gets no finalizer and no record, so nothing is ever run on its
+            // word; it is reported loudly, on the claim and on the PV.
+            PvCheck::Wrong(why) if stage != Stage::Pending => {
+                let pv_uid = pv.metadata.uid.clone().unwrap_or_default();
+                let name = pv.metadata.name.clone().unwrap_or_default();
+                notices.push(Notice::warning(
+                    format!("failed/unverified/{pv_uid}"),
+                    reasons::FAILED,
+                    format!("the claim is bound to PersistentVolume {name}, which the provisioner did not verify: {why}. It gets no finalizer and no record of the provisioner, so nothing will deprovision or expand it: an admin should inspect it (see the README's troubleshooting)"),
+                ).about(pv).action("Verify"));
+                plan(
+                    Step::BoundToUnverified {
+                        pv: Box::new(crate::plan::object_ref(pv)),
+                    },
+                    notices,
+                )
+            }
             PvCheck::Wrong(_) if matches!(latest_outcome, Some(JobOutcome::Running)) => {
                 plan(Step::Running { attempt }, notices)
             }

@@ -24,6 +24,22 @@ pub struct Notice {
     pub related: Option<ObjectReference>,
 }
 
+/// A reference to `object`, for an event on it or about it.
+pub fn object_ref<K>(object: &K) -> ObjectReference
+where
+    K: k8s_openapi::Resource + k8s_openapi::Metadata<Ty = ObjectMeta>,
+{
+    let meta = object.metadata();
+    ObjectReference {
+        api_version: Some(K::API_VERSION.to_owned()),
+        kind: Some(K::KIND.to_owned()),
+        name: meta.name.clone(),
+        namespace: meta.namespace.clone(),
+        uid: meta.uid.clone(),
+        ..Default::default()
+    }
+}
+
 impl Notice {
     pub fn warning(
         key: impl Into<String>,
@@ -60,15 +76,7 @@ impl Notice {
     where
         K: k8s_openapi::Resource + k8s_openapi::Metadata<Ty = ObjectMeta>,
     {
-        let meta = object.metadata();
-        self.related = Some(ObjectReference {
-            api_version: Some(K::API_VERSION.to_owned()),
-            kind: Some(K::KIND.to_owned()),
-            name: meta.name.clone(),
-            namespace: meta.namespace.clone(),
-            uid: meta.uid.clone(),
-            ..Default::default()
-        });
+        self.related = Some(object_ref(object));
         self
     }
 }

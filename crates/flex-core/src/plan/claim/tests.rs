@@ -878,9 +878,25 @@ fn a_pv_is_verified_against_the_allowed_sources_and_the_report() {
     ours.spec.as_mut().unwrap().nfs =
         Some(serde_json::from_value(json!({"server": "s", "path": "/e/mine"})).unwrap());
     assert!(matches!(
-        run(&with(ours, vec![reported])).step,
+        run(&with(ours.clone(), vec![reported.clone()])).step,
         Step::Provisioned { .. }
     ));
+    // What a real API server stores holds its defaults too (`readOnly: false` here, a
+    // hostPath's `type: ""`): still the reported source.
+    ours.spec.as_mut().unwrap().nfs = Some(
+        serde_json::from_value(json!({"server": "s", "path": "/e/mine", "readOnly": false}))
+            .unwrap(),
+    );
+    assert!(matches!(
+        run(&with(ours.clone(), vec![reported.clone()])).step,
+        Step::Provisioned { .. }
+    ));
+    // A field the report set to another value is not.
+    ours.spec.as_mut().unwrap().nfs = Some(
+        serde_json::from_value(json!({"server": "s", "path": "/e/other", "readOnly": false}))
+            .unwrap(),
+    );
+    assert_eq!(run(&with(ours, vec![reported])).step, Step::Blocked);
 }
 
 #[test]
@@ -936,4 +952,49 @@ fn a_data_source_needs_the_class_to_list_its_kind_and_to_resolve() {
         parameters: BTreeMap::new(),
     });
     assert_eq!(starts(&run(&c)), Some(1));
+}
+
+/// On a real control plane the PV controller binds an image's pre-bound PV within moments
+/// of its creation, before the Job's success is seen: a wrong one is then bound. It is
+/// reported (counted as a failure), never adopted, and told on the PV as well.
+#[test]
+fn a_wrong_image_pv_that_got_bound_is_reported_and_never_adopted() {
+    let image_mode = config(
+        json!({"pv-creator": "image", "volume-sources": "nfs"}),
+        "Immediate",
+    );
+    let bound = claim(json!({"spec": {"volumeName": format!("pvc-{UID}")}, "status": {"phase": "Bound"}}));
+    let mut wrong = pv(UID);
+    wrong.spec.as_mut().unwrap().nfs = None;
+    wrong.spec.as_mut().unwrap().host_path =
+        Some(serde_json::from_value(json!({"path": "/"})).unwrap());
+    let c = Case {
+        claim: bound.clone(),
+        jobs: vec![job(1, complete("2026-01-01T00:00:04Z"), "h1")],
+        pv: Some(wrong),
+        ..case(&image_mode)
+    };
+    let p = run(&c);
+    let Step::BoundToUnverified { pv: on } = &p.step else {
+        panic!("{:?}", p.step)
+    };
+    assert_eq!(on.name.as_deref(), Some(format!("pvc-{UID}").as_str()));
+    assert_eq!(p.notices.len(), 1);
+    let n = &p.notices[0];
+    assert!(n.warning && n.key.starts_with("failed/"), "{n:?}");
+    assert!(
+        n.message.contains("hostPath") && n.message.contains("did not verify"),
+        "{}",
+        n.message
+    );
+    // A right volume of a claim that grew since is not wrong: expansion's business.
+    let grown = claim(json!({"spec": {"volumeName": format!("pvc-{UID}"),
+        "resources": {"requests": {"storage": "5Gi"}}}, "status": {"phase": "Bound"}}));
+    let c = Case {
+        claim: grown,
+        jobs: vec![job(1, complete("2026-01-01T00:00:04Z"), "h1")],
+        pv: Some(pv(UID)),
+        ..case(&image_mode)
+    };
+    assert!(matches!(run(&c).step, Step::Provisioned { .. }));
 }
