@@ -164,6 +164,45 @@ fn jittered(period: Duration) -> Duration {
     period + period.mul_f64(0.2 * (nanos % 1000) as f64 / 1000.0)
 }
 
+/// Fails at start when the Lease's namespace does not exist (a controller run outside a
+/// pod with the default `--namespace`), or the controller may not create its Lease there:
+/// otherwise it would stand by forever, warning every retry period. A dry-run create asks the API server without writing anything; only a
+/// create checks the namespace (a read of a Lease in a missing namespace is a plain 404).
+pub async fn check_namespace(client: &Client, o: &LeaderOptions) -> crate::Result<()> {
+    let api: Api<Lease> = Api::namespaced(client.clone(), &o.namespace);
+    let probe = Lease {
+        metadata: kube::api::ObjectMeta {
+            name: Some(o.lease_name.clone()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let dry_run = kube::api::PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    match api.create(&dry_run, &probe).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s))
+            if s.code == 404
+                && s.details.as_ref().is_some_and(|d| d.kind == "namespaces") =>
+        {
+            Err(crate::Error::LeaseNamespaceMissing {
+                namespace: o.namespace.clone(),
+            })
+        }
+        // RBAC is checked before the namespace: without rights there (or with no namespace
+        // at all, which nobody can grant rights in) nothing could ever be led.
+        Err(kube::Error::Api(s)) if s.code == 403 => Err(crate::Error::LeaseForbidden {
+            namespace: o.namespace.clone(),
+            message: s.message.lines().next().unwrap_or_default().to_owned(),
+        }),
+        // It exists (409), or the answer says nothing about the namespace: `acquire`
+        // reports what goes wrong from here on.
+        Err(_) => Ok(()),
+    }
+}
+
 /// Waits until this instance holds the lease.
 pub async fn acquire(client: &Client, o: &LeaderOptions) {
     let api: Api<Lease> = Api::namespaced(client.clone(), &o.namespace);

@@ -24,6 +24,14 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("leadership was lost; stopping so that only the new leader acts")]
     LeadershipLost,
+    #[error(
+        "the namespace {namespace:?} of the leader Lease does not exist: pass --namespace (env POD_NAMESPACE) naming an existing namespace where the controller may hold its Lease, or --no-leader-elect when only one instance can ever run"
+    )]
+    LeaseNamespaceMissing { namespace: String },
+    #[error(
+        "the controller may not hold its leader Lease in namespace {namespace:?} ({message}): pass --namespace (env POD_NAMESPACE) naming the namespace its RBAC grants Leases in (deploy/rbac.yaml), or --no-leader-elect when only one instance can ever run"
+    )]
+    LeaseForbidden { namespace: String, message: String },
 }
 
 impl Error {
@@ -32,7 +40,9 @@ impl Error {
         match self {
             Error::Core(e) => e.category(),
             Error::Kube(_) => "api",
-            Error::LeadershipLost => "leader",
+            Error::LeadershipLost
+            | Error::LeaseNamespaceMissing { .. }
+            | Error::LeaseForbidden { .. } => "leader",
         }
     }
 }

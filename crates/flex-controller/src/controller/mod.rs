@@ -96,6 +96,9 @@ async fn preflight(client: &Client, opts: &Options) -> crate::Result<()> {
             .list(&one)
             .await?;
     }
+    if let Some(l) = &opts.leader {
+        crate::leader::check_namespace(client, l).await?;
+    }
     Ok(())
 }
 
