@@ -56,6 +56,10 @@ pub const INSTALL: &[(&str, &str)] = &[
         include_str!("../../../deploy/rbac.yaml"),
     ),
     (
+        "deploy/admission-policy-params.yaml",
+        include_str!("../../../deploy/admission-policy-params.yaml"),
+    ),
+    (
         "deploy/admission-policy.yaml",
         include_str!("../../../deploy/admission-policy.yaml"),
     ),
