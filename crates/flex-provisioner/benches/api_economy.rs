@@ -1,11 +1,14 @@
 //! What provisioning and deprovisioning cost the API server and the controller: for each N
 //! in `CLAIMS` (default `100,1000`), N claims are provisioned at once and then deleted, and
-//! the sandbox's count of the controller's requests (by its User-Agent), by verb and
-//! resource, is divided by N; with the controller's CPU time per volume, and the requests it
-//! makes while idle with N volumes bound (none but re-opened watches: nothing polls).
+//! the controller's requests (by its User-Agent), by verb and resource, are divided by N;
+//! with the time to all Bound, the controller's CPU time per volume and its peak memory,
+//! and the requests it makes while idle with N volumes bound (none: nothing polls).
 //!
-//! `cargo bench --bench api_economy` (`CLAIMS=100,1000,2000` for other sizes). The
-//! controller runs as its own process (the release binary), as deploy/'s Deployment runs it.
+//! `cargo bench --bench api_economy` runs on the sandbox, which counts requests itself.
+//! `K8S_AUDIT=1 FLEX_E2E_K8S=../shared/k8s cargo bench --bench api_economy` runs on a real
+//! Kubernetes control plane, counting from its API server's audit log, with the controller
+//! holding its own ServiceAccount's token. Either way the controller runs as its own process
+//! (the release binary), as deploy/'s Deployment runs it.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -15,23 +18,78 @@ mod process;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::provisioning::{NS, all_bound, burst, class, sandbox_with};
-use flex_provisioner::sandbox::{Sandbox, resources};
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use common::cluster::Cluster;
+use common::provisioning::{CONTROLLER_NS, NS, all_bound, burst, class, sandbox_with};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, DeleteParams, ListParams};
 use process::{cpu_seconds, memory_mib};
 
 const AGENT: &str = "flex-provisioner";
 
-/// How many objects of a resource the sandbox holds (read from its store: not a request).
-fn count(sb: &Sandbox, group: &str, plural: &str, ns: Option<&str>) -> usize {
-    let r = resources::find(group, "v1", plural).unwrap();
-    sb.api.store.list_page(r, ns, None, None, |_| true).0.len()
+/// The controller's requests, by (verb, resource), counted from a mark on: by the sandbox,
+/// or from a real API server's audit log (one entry per request, by its audit ID).
+enum Counter {
+    Sandbox,
+    Audit { log: std::path::PathBuf, from: u64 },
+}
+
+impl Counter {
+    fn new(sb: &Cluster) -> Counter {
+        match sb.real_dir() {
+            None => Counter::Sandbox,
+            Some(dir) => {
+                let log = dir.join("audit.log");
+                assert!(
+                    log.exists(),
+                    "a real control plane's requests are counted from its audit log: run with K8S_AUDIT=1"
+                );
+                Counter::Audit { log, from: 0 }
+            }
+        }
+    }
+
+    fn reset(&mut self, sb: &Cluster) {
+        match self {
+            Counter::Sandbox => sb.sandbox().unwrap().reset_request_counts(),
+            Counter::Audit { log, from } => *from = std::fs::metadata(log).unwrap().len(),
+        }
+    }
+
+    fn counts(&self, sb: &Cluster) -> BTreeMap<(String, String), u64> {
+        match self {
+            Counter::Sandbox => sb.sandbox().unwrap().request_counts().by_agent(AGENT),
+            Counter::Audit { log, from } => {
+                let text = std::fs::read(log).unwrap();
+                let text = String::from_utf8_lossy(&text[*from as usize..]);
+                let mut seen = std::collections::HashSet::new();
+                let mut out = BTreeMap::new();
+                for line in text.lines() {
+                    let Ok(e) = serde_json::from_str::<serde_json::Value>(line) else {
+                        continue;
+                    };
+                    let agent = e["userAgent"].as_str().unwrap_or_default();
+                    if !agent.starts_with(&format!("{AGENT}/"))
+                        || !seen.insert(e["auditID"].as_str().unwrap_or_default().to_owned())
+                    {
+                        continue;
+                    }
+                    let r = &e["objectRef"];
+                    let mut resource = r["resource"].as_str().unwrap_or_default().to_owned();
+                    if let Some(sub) = r["subresource"].as_str() {
+                        resource = format!("{resource}/{sub}");
+                    }
+                    let verb = e["verb"].as_str().unwrap_or_default().to_owned();
+                    *out.entry((verb, resource)).or_default() += 1;
+                }
+                out
+            }
+        }
+    }
 }
 
 /// The controller's requests since the last reset, per volume, by verb and resource.
-fn report(sb: &Sandbox, what: &str, n: usize) -> f64 {
-    let counts: BTreeMap<(String, String), u64> = sb.request_counts().by_agent(AGENT);
+fn report(sb: &Cluster, counter: &Counter, what: &str, n: usize) -> f64 {
+    let counts = counter.counts(sb);
     let total: u64 = counts.values().sum();
     println!(
         "  {what}: {:.2} requests per volume ({total} for {n})",
@@ -46,39 +104,60 @@ fn report(sb: &Sandbox, what: &str, n: usize) -> f64 {
     total as f64 / n as f64
 }
 
-/// The events in the cluster, by reason (what the event creates above were).
-fn events_by_reason(sb: &Sandbox) {
-    let r = resources::find("", "v1", "events").unwrap();
-    let mut by: BTreeMap<String, usize> = BTreeMap::new();
-    for e in sb.api.store.list_page(r, None, None, None, |_| true).0 {
-        let source = e["reportingComponent"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        let reason = e["reason"].as_str().unwrap_or_default();
-        *by.entry(format!("{source} {reason}")).or_default() += 1;
-    }
-    println!("  events so far, by reporter and reason: {by:?}");
-}
-
 /// Waits until the controller has used no CPU for `quiet` (its last events and writes done).
 async fn settle(pid: u32, quiet: Duration) {
     process::settle(pid, quiet, Duration::from_secs(600)).await;
 }
 
+/// A kubeconfig holding a token of deploy/'s controller account, as the Deployment's pod
+/// has (on the sandbox, the admin's: the sandbox counts by User-Agent anyway).
+fn controller_kubeconfig(sb: &Cluster) -> std::path::PathBuf {
+    let Some(dir) = sb.real_dir() else {
+        return sb.kubeconfig.clone();
+    };
+    let admin = std::fs::read_to_string(&sb.kubeconfig).unwrap();
+    let token_request = common::cluster::kubectl(
+        &sb.kubeconfig,
+        &[
+            "create".into(),
+            "token".into(),
+            "flex-provisioner".into(),
+            "-n".into(),
+            CONTROLLER_NS.into(),
+            "--duration=24h".into(),
+        ],
+    );
+    assert!(token_request.status.success());
+    let token = String::from_utf8(token_request.stdout).unwrap();
+    let mut doc: serde_json::Value = serde_yaml_ng::from_str(&admin).unwrap();
+    doc["users"] = serde_json::json!([{"name": "controller", "user": {"token": token.trim()}}]);
+    doc["contexts"][0]["context"]["user"] = serde_json::json!("controller");
+    let path = dir.join("controller.kubeconfig");
+    std::fs::write(&path, serde_json::to_string(&doc).unwrap()).unwrap();
+    path
+}
+
 async fn round(n: usize) {
     let sb = sandbox_with(|o| o).await;
+    let mut counter = Counter::new(&sb);
     class(&sb, "bench", "Immediate", "make-pv", serde_json::json!({})).await;
     let addr = process::free_addr();
-    let mut child = process::start(&sb.kubeconfig, NS, addr);
+    let mut child = process::start(&controller_kubeconfig(&sb), NS, addr);
     let pid = child.id();
     while !process::http_ok(addr, "/readyz").await {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     settle(pid, Duration::from_secs(1)).await;
-    println!("N = {n}");
+    println!(
+        "N = {n} on {}",
+        if sb.is_real() {
+            "a real control plane"
+        } else {
+            "the sandbox"
+        }
+    );
 
-    sb.reset_request_counts();
+    counter.reset(&sb);
     let cpu = cpu_seconds(pid);
     let t = Instant::now();
     burst(&sb, "b", n, "bench").await;
@@ -88,15 +167,14 @@ async fn round(n: usize) {
     settle(pid, Duration::from_secs(3)).await;
     let cpu_provision = cpu_seconds(pid) - cpu;
     println!("  {n} claims bound in {bound_in:.1?}");
-    let per_provisioned = report(&sb, "provisioning", n);
-    events_by_reason(&sb);
+    let per_provisioned = report(&sb, &counter, "provisioning", n);
 
-    sb.reset_request_counts();
+    counter.reset(&sb);
     tokio::time::sleep(Duration::from_secs(20)).await;
-    let idle = sb.request_counts().total(AGENT);
+    let idle: u64 = counter.counts(&sb).values().sum();
     println!("  idle for 20 s with {n} volumes bound: {idle} requests");
 
-    sb.reset_request_counts();
+    counter.reset(&sb);
     let cpu = cpu_seconds(pid);
     let t = Instant::now();
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(sb.client().unwrap(), "default");
@@ -104,7 +182,14 @@ async fn round(n: usize) {
         .delete_collection(&DeleteParams::default(), &ListParams::default())
         .await
         .expect("claims deleted");
-    while count(&sb, "", "persistentvolumes", None) > 0 {
+    let pvs: Api<PersistentVolume> = Api::all(sb.client().unwrap());
+    while !pvs
+        .list_metadata(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .is_empty()
+    {
         assert!(
             t.elapsed() < Duration::from_secs(1800),
             "volumes left after 30 minutes"
@@ -115,7 +200,7 @@ async fn round(n: usize) {
     settle(pid, Duration::from_secs(3)).await;
     let cpu_deprovision = cpu_seconds(pid) - cpu;
     println!("  {n} volumes deprovisioned and gone in {gone_in:.1?}");
-    let per_deprovisioned = report(&sb, "deprovisioning", n);
+    let per_deprovisioned = report(&sb, &counter, "deprovisioning", n);
     println!(
         "  controller CPU: {:.1} ms per provisioned volume, {:.1} ms per deprovisioned one; peak RSS {:.0} MiB",
         cpu_provision * 1000.0 / n as f64,
@@ -123,7 +208,7 @@ async fn round(n: usize) {
         memory_mib(pid).1
     );
     println!(
-        "  summary N={n}: {per_provisioned:.2} req/provisioned, {per_deprovisioned:.2} req/deprovisioned, idle {idle}"
+        "  summary N={n}: bound in {bound_in:.1?}, {per_provisioned:.2} req/provisioned, {per_deprovisioned:.2} req/deprovisioned, idle {idle}"
     );
     let _ = child.kill();
     let _ = child.wait();

@@ -1,5 +1,6 @@
 //! The controller started in a populated cluster: N bound claims and their PVs exist (N from
-//! `CLAIMS`, default 5,000). Reports how long the initial lists take for a plain client, the
+//! `CLAIMS`, default 5,000), with each volume's finished provisioning Job, its pod and its
+//! deprovision record still there (kept for the Jobs' TTL, as after a burst). Reports how long the initial lists take for a plain client, the
 //! controller's time from start to ready, its CPU time and memory once settled, and the
 //! time from a new claim to its Job while the N exist.
 //!
@@ -96,11 +97,15 @@ async fn main() {
         .expect("sandbox");
     setup(&sb);
     let t = Instant::now();
-    populate::bound_claims(&sb, "fast", n);
+    let claims = populate::bound_claims(&sb, "fast", n);
+    populate::finished_jobs(&sb, NS, "fast", &claims);
     while populate::bound_count(&sb) < n {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    println!("{n} bound claims and PVs in place in {:.1?}", t.elapsed());
+    println!(
+        "{n} bound claims and PVs, {n} finished Jobs, pods and records in place in {:.1?}",
+        t.elapsed()
+    );
     let lists = list_everything(sb.client().unwrap()).await;
     println!("initial lists (claims and PVs, pages of 500) for a plain client: {lists:.2?}");
 

@@ -9,7 +9,7 @@ use kube::api::{Api, PostParams};
 use serde_json::json;
 
 async fn claim_from(
-    sb: &flex_provisioner::sandbox::Sandbox,
+    sb: &common::cluster::Cluster,
     name: &str,
     class: &str,
     source: serde_json::Value,
@@ -31,7 +31,7 @@ fn env(job: &Job, name: &str) -> Option<String> {
         .and_then(|e| e.value.clone())
 }
 
-async fn job_of(sb: &flex_provisioner::sandbox::Sandbox, claim: &str) -> Option<Job> {
+async fn job_of(sb: &common::cluster::Cluster, claim: &str) -> Option<Job> {
     let uid = Api::<PersistentVolumeClaim>::namespaced(sb.client().unwrap(), "default")
         .get(claim)
         .await

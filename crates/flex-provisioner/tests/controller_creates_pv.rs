@@ -65,7 +65,7 @@ async fn the_pod_has_no_token_and_the_controller_makes_the_pv() {
             .is_none()
     );
     // And the pod's service account itself (the namespace's default) may not create PVs.
-    let as_pod = client_as(sb.client().unwrap(), &sb.url(), NS, "default").await;
+    let as_pod = client_as(sb.config(), NS, "default").await;
     let planted: PersistentVolume = serde_json::from_value(json!({"metadata": {"name": "planted"},
         "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "hostPath": {"path": "/"}}}))
     .unwrap();

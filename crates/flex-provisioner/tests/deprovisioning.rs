@@ -10,7 +10,7 @@ use kube::api::{Api, DeleteParams};
 use serde_json::json;
 
 /// A hostpath class: a directory per claim under /srv/volumes on the node.
-async fn hostpath_class(sb: &flex_provisioner::sandbox::Sandbox, name: &str, reclaim: &str) {
+async fn hostpath_class(sb: &common::cluster::Cluster, name: &str, reclaim: &str) {
     let client = sb.client().unwrap();
     let sc = json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": name},
         "provisioner": "flex-provisioner.io/job", "reclaimPolicy": reclaim, "volumeBindingMode": "WaitForFirstConsumer"});
@@ -29,7 +29,7 @@ async fn hostpath_class(sb: &flex_provisioner::sandbox::Sandbox, name: &str, rec
 
 /// Creates a claim and a pod using it, so the WaitForFirstConsumer class gets a node.
 async fn used_claim(
-    sb: &flex_provisioner::sandbox::Sandbox,
+    sb: &common::cluster::Cluster,
     name: &str,
     class: &str,
 ) -> PersistentVolumeClaim {
@@ -46,7 +46,7 @@ async fn used_claim(
     bound(sb, name, 30).await
 }
 
-async fn delete_claim_and_pod(sb: &flex_provisioner::sandbox::Sandbox, name: &str) {
+async fn delete_claim_and_pod(sb: &common::cluster::Cluster, name: &str) {
     let c = sb.client().unwrap();
     let _ = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(c.clone(), "default")
         .delete(
@@ -60,7 +60,7 @@ async fn delete_claim_and_pod(sb: &flex_provisioner::sandbox::Sandbox, name: &st
         .unwrap();
 }
 
-async fn gone(sb: &flex_provisioner::sandbox::Sandbox, pv: &str, secs: u64) {
+async fn gone(sb: &common::cluster::Cluster, pv: &str, secs: u64) {
     let pvs: Api<PersistentVolume> = Api::all(sb.client().unwrap());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
     while std::time::Instant::now() < deadline {

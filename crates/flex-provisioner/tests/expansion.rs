@@ -10,7 +10,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
-async fn allow_expansion(sb: &flex_provisioner::sandbox::Sandbox, class: &str) {
+async fn allow_expansion(sb: &common::cluster::Cluster, class: &str) {
     Api::<StorageClass>::all(sb.client().unwrap())
         .patch(
             class,

@@ -23,7 +23,7 @@ fn loaded_claim(name: &str, class: &str) -> PersistentVolumeClaim {
     c
 }
 
-async fn warnings_on(sb: &flex_provisioner::sandbox::Sandbox, ns: &str, name: &str) -> Vec<String> {
+async fn warnings_on(sb: &common::cluster::Cluster, ns: &str, name: &str) -> Vec<String> {
     Api::<Event>::namespaced(sb.client().unwrap(), ns)
         .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
         .await

@@ -11,10 +11,10 @@ use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 
 use common::provisioning::{
-    NS, bound, claim_with_pod, sandbox, sandbox_with, storage_dir, wait_event, with_examples,
+    NS, bound, claim_with_pod, sandbox_only_with, storage_dir, wait_event, with_examples_on,
 };
 use common::sandbox::eventually;
-use flex_provisioner::sandbox::Sandbox;
+use common::cluster::Cluster;
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
@@ -36,7 +36,7 @@ struct Outcome {
 /// Runs `image` as a bare pod on [`NODE`] with `env`, the export of nfs-subdir's example
 /// mounted at /export when `nfs`, and waits until it has finished.
 async fn run_image(
-    sb: &Sandbox,
+    sb: &Cluster,
     pod: &str,
     image: &str,
     env: &[(&str, &str)],
@@ -75,8 +75,13 @@ async fn run_image(
     Outcome {
         code: term.exit_code,
         message: term.message.unwrap_or_default(),
-        log: sb.kubelet.logs.get("default", pod),
+        log: sim(sb).kubelet.logs.get("default", pod),
     }
+}
+
+/// The sandbox these tests run on.
+fn sim(sb: &Cluster) -> &flex_provisioner::sandbox::Sandbox {
+    sb.sandbox().expect("the image tests run on the sandbox")
 }
 
 /// The hostpath image's env for `action` on `directory`.
@@ -116,19 +121,19 @@ fn with<'a>(
 }
 
 /// hostpath's base on a sandbox node.
-fn node_base(sb: &Sandbox, node: &str) -> PathBuf {
+fn node_base(sb: &Cluster, node: &str) -> PathBuf {
     sb.node_root(node).join(BASE.trim_start_matches('/'))
 }
 
 /// Where the sandbox keeps the files of nfs-subdir's example export.
-fn export_dir(sb: &Sandbox) -> PathBuf {
-    sb.work_dir.join("nfs/nfs.storage.example.com/exports/k8s")
+fn export_dir(sb: &Cluster) -> PathBuf {
+    sim(sb).work_dir.join("nfs/nfs.storage.example.com/exports/k8s")
 }
 
 /// A directory outside every base, with `victim/keep` in it and `victim` at mode 0700: what
 /// a planted link points at.
-fn outside(sb: &Sandbox) -> PathBuf {
-    let out = sb.work_dir.join("outside");
+fn outside(sb: &Cluster) -> PathBuf {
+    let out = sim(sb).work_dir.join("outside");
     let victim = out.join("victim");
     std::fs::create_dir_all(&victim).unwrap();
     std::fs::write(victim.join("keep"), "not yours").unwrap();
@@ -190,7 +195,7 @@ fn is_link(p: &Path) -> bool {
 
 #[tokio::test]
 async fn hostpath_refuses_a_link_planted_in_the_base_at_provision() {
-    let sb = sandbox().await;
+    let sb = sandbox_only_with(|o| o).await;
     let out = outside(&sb);
     let base = node_base(&sb, NODE);
     std::fs::create_dir_all(base.join("team")).unwrap();
@@ -247,7 +252,7 @@ async fn hostpath_refuses_a_link_planted_in_the_base_at_provision() {
 
 #[tokio::test]
 async fn hostpath_deprovision_never_follows_a_link_nor_removes_outside_the_base() {
-    let sb = sandbox().await;
+    let sb = sandbox_only_with(|o| o).await;
     let out = outside(&sb);
     let base = node_base(&sb, NODE);
     std::fs::create_dir_all(base.join("team")).unwrap();
@@ -312,7 +317,7 @@ async fn hostpath_deprovision_never_follows_a_link_nor_removes_outside_the_base(
 
 #[tokio::test]
 async fn hostpath_refuses_control_characters_in_its_paths() {
-    let sb = sandbox().await;
+    let sb = sandbox_only_with(|o| o).await;
     let base = node_base(&sb, NODE);
     for (i, dir) in [
         "default/a\nb",
@@ -365,7 +370,7 @@ async fn hostpath_refuses_control_characters_in_its_paths() {
 
 #[tokio::test]
 async fn nfs_subdir_refuses_links_planted_in_the_export() {
-    let sb = sandbox().await;
+    let sb = sandbox_only_with(|o| o).await;
     let out = outside(&sb);
     let export = export_dir(&sb);
     std::fs::create_dir_all(&export).unwrap();
@@ -417,7 +422,7 @@ async fn nfs_subdir_refuses_links_planted_in_the_export() {
 
 #[tokio::test]
 async fn nfs_subdir_refuses_control_characters_in_its_parameters() {
-    let sb = sandbox().await;
+    let sb = sandbox_only_with(|o| o).await;
     let export = export_dir(&sb);
     std::fs::create_dir_all(&export).unwrap();
     let r = run_image(
@@ -483,7 +488,7 @@ fn frozen_clock() -> Scratch {
 #[tokio::test]
 async fn nfs_subdir_archives_of_one_volume_in_the_same_second_are_all_kept_apart() {
     let clock = frozen_clock();
-    let sb = sandbox_with(|mut o| {
+    let sb = sandbox_only_with(|mut o| {
         o.extra_path.insert(0, clock.0.clone());
         o
     })
@@ -595,7 +600,7 @@ fn lvm_env(action: &str) -> Vec<(&str, &str)> {
 #[tokio::test]
 async fn lvm_kubectl_refuses_newline_joined_and_odd_values_before_any_lvm_command() {
     let tools = fake_lvm();
-    let sb = sandbox_with(|mut o| {
+    let sb = sandbox_only_with(|mut o| {
         o.extra_path.insert(0, tools.0.clone());
         o
     })
@@ -705,7 +710,7 @@ async fn lvm_kubectl_refuses_newline_joined_and_odd_values_before_any_lvm_comman
 #[tokio::test]
 async fn lvm_kubectl_expands_and_clones() {
     let tools = fake_lvm();
-    let sb = sandbox_with(|mut o| {
+    let sb = sandbox_only_with(|mut o| {
         o.extra_path.insert(0, tools.0.clone());
         o
     })
@@ -808,7 +813,7 @@ async fn lvm_kubectl_expands_and_clones() {
 /// earlier attempt left in the new volume is removed before copying, never written through.
 #[tokio::test]
 async fn hostpath_clone_never_writes_through_or_follows_a_link() {
-    let sb = sandbox().await;
+    let sb = sandbox_only_with(|o| o).await;
     let out = outside(&sb);
     let base = node_base(&sb, NODE);
     let src = base.join("src");
@@ -931,7 +936,7 @@ fn entrypoints_find_the_shared_library_beside_them_and_the_images_ship_it() {
 #[tokio::test]
 async fn hostpath_end_to_end_a_link_planted_in_the_base_fails_the_claim_and_touches_nothing() {
     common::at_root();
-    let (sb, _c) = with_examples(&["configmaps/hostpath.yaml"]).await;
+    let (sb, _c) = with_examples_on(sandbox_only_with(|o| o).await, &["configmaps/hostpath.yaml"]).await;
     let out = outside(&sb);
     // Whichever node the claim lands on, its namespace's directory is a link out.
     for node in ["node-a", "node-b"] {
@@ -954,7 +959,7 @@ async fn hostpath_end_to_end_a_link_planted_in_the_base_fails_the_claim_and_touc
 }
 
 /// The Jobs of one action in the examples' namespace.
-async fn jobs_of_ns(sb: &Sandbox, action: &str) -> usize {
+async fn jobs_of_ns(sb: &Cluster, action: &str) -> usize {
     Api::<k8s_openapi::api::batch::v1::Job>::namespaced(sb.client().unwrap(), NS)
         .list(&ListParams::default().labels(&format!("flex-provisioner.io/action={action}")))
         .await
@@ -966,7 +971,7 @@ async fn jobs_of_ns(sb: &Sandbox, action: &str) -> usize {
 #[tokio::test]
 async fn hostpath_end_to_end_a_volume_replaced_by_a_link_is_not_deprovisioned_through_it() {
     common::at_root();
-    let (sb, _c) = with_examples(&["configmaps/hostpath.yaml"]).await;
+    let (sb, _c) = with_examples_on(sandbox_only_with(|o| o).await, &["configmaps/hostpath.yaml"]).await;
     let out = outside(&sb);
     claim_with_pod(&sb, "data", "local-hostpath", "data-user").await;
     let claim = bound(&sb, "data", 60).await;

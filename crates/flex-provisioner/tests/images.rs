@@ -7,13 +7,13 @@ use common::provisioning::{
     NS, bound, claim_with_pod, local_path, storage_dir, wait_event, with_examples,
 };
 use common::sandbox::eventually;
-use flex_provisioner::sandbox::Sandbox;
+use common::cluster::Cluster;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams};
 use serde_json::json;
 
 /// A claim of `class` and a pod that writes hello.txt into it; returns the bound claim.
-async fn claim_and_write(sb: &Sandbox, name: &str, class: &str) -> PersistentVolumeClaim {
+async fn claim_and_write(sb: &Cluster, name: &str, class: &str) -> PersistentVolumeClaim {
     claim_with_pod(sb, name, class, &format!("{name}-writer")).await;
     let pods: Api<Pod> = Api::namespaced(sb.client().unwrap(), "default");
     let claim = bound(sb, name, 60).await;
@@ -28,7 +28,7 @@ async fn claim_and_write(sb: &Sandbox, name: &str, class: &str) -> PersistentVol
     claim
 }
 
-async fn delete_and_wait(sb: &Sandbox, name: &str, pv: &str) {
+async fn delete_and_wait(sb: &Cluster, name: &str, pv: &str) {
     Api::<PersistentVolumeClaim>::namespaced(sb.client().unwrap(), "default")
         .delete(name, &Default::default())
         .await
@@ -140,7 +140,7 @@ async fn nfs_subdir_provisions_binds_writes_and_archives() {
     let subdir = format!("shared/default-data-{pv_name}");
     assert_eq!(nfs.path, format!("/exports/k8s/{subdir}"));
     // The sandbox keeps an NFS export's files under its work dir.
-    let export = sb.work_dir.join("nfs/nfs.storage.example.com/exports/k8s");
+    let export = sb.nfs_dir("nfs.storage.example.com", "/exports/k8s");
     assert!(
         export.join(&subdir).join("hello.txt").is_file(),
         "the consumer wrote through the NFS volume"
@@ -172,7 +172,7 @@ async fn nfs_subdir_clones_a_claim_with_its_data() {
         .unwrap();
     let copy = bound(&sb, "copy", 60).await;
     let pv_name = copy.spec.unwrap().volume_name.unwrap();
-    let export = sb.work_dir.join("nfs/nfs.storage.example.com/exports/k8s");
+    let export = sb.nfs_dir("nfs.storage.example.com", "/exports/k8s");
     let copied = export.join(format!("shared/default-copy-{pv_name}/hello.txt"));
     let text =
         std::fs::read_to_string(&copied).unwrap_or_else(|e| panic!("{}: {e}", copied.display()));

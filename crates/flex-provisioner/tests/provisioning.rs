@@ -273,7 +273,9 @@ async fn an_unknown_image_is_reported_within_seconds() {
         &sb,
         "ghost",
         "Immediate",
-        "registry.example.com/no-such-image:1.0",
+        // Nothing maps it to an executable in the sandbox, and a real control plane's
+        // simulated node never pulls an image under `missing/`.
+        "registry.example.com/missing/no-such-image:1.0",
         serde_json::json!({}),
     )
     .await;
@@ -282,7 +284,7 @@ async fn an_unknown_image_is_reported_within_seconds() {
     let message = wait_event(&sb, "data", "ProvisionerPodNotStarting", "ErrImagePull", 15).await;
     assert!(t.elapsed() < std::time::Duration::from_secs(15));
     assert!(
-        message.contains("registry.example.com/no-such-image:1.0"),
+        message.contains("registry.example.com/missing/no-such-image:1.0"),
         "{message}"
     );
 }
@@ -438,18 +440,22 @@ async fn restarts_at_every_step_neither_duplicate_nor_lose_anything() {
 #[tokio::test]
 async fn a_misbehaving_api_server_does_not_stop_provisioning() {
     let sb = sandbox().await;
+    // Faults are injected by the sandbox; a real API server fails when it fails.
+    let Some(sim) = sb.simulation("fault injection") else {
+        return;
+    };
     let _c = controller(&sb);
     class(&sb, "steady", "Immediate", "make-pv", serde_json::json!({})).await;
-    sb.faults.fail_next(Some("create"), Some("jobs"), 3, 500);
-    sb.faults
+    sim.faults.fail_next(Some("create"), Some("jobs"), 3, 500);
+    sim.faults
         .fail_next(Some("patch"), Some("persistentvolumeclaims"), 2, 409);
-    sb.faults.fail_next(Some("list"), None, 2, 429);
-    sb.faults.fail_next(Some("watch"), Some("jobs"), 2, 500);
+    sim.faults.fail_next(Some("list"), None, 2, 429);
+    sim.faults.fail_next(Some("watch"), Some("jobs"), 2, 500);
     for i in 0..10 {
         claim(&sb, &format!("f{i}"), "steady").await;
         if i % 3 == 0 {
-            sb.compact();
-            sb.close_watches();
+            sim.compact();
+            sim.close_watches();
         }
     }
     for i in 0..10 {
@@ -616,7 +622,7 @@ async fn leader_election_lets_one_controller_act_and_fails_over() {
         renew_deadline: std::time::Duration::from_millis(1500),
         retry_period: std::time::Duration::from_millis(500),
     };
-    let holder = |sb: &flex_provisioner::sandbox::Sandbox| {
+    let holder = |sb: &common::cluster::Cluster| {
         let leases: kube::Api<Lease> = kube::Api::namespaced(sb.client().unwrap(), CONTROLLER_NS);
         async move {
             leases

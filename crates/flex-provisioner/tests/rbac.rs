@@ -13,13 +13,13 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 
-async fn client_as(sb: &flex_provisioner::sandbox::Sandbox, ns: &str, name: &str) -> kube::Client {
-    common::provisioning::client_as(sb.client().unwrap(), &sb.url(), ns, name).await
+async fn client_as(sb: &common::cluster::Cluster, ns: &str, name: &str) -> kube::Client {
+    common::provisioning::client_as(sb.config(), ns, name).await
 }
 
 /// A sandbox with auth on, deploy/'s namespace, accounts and RBAC, and a class `fast`
 /// whose Jobs run as the image account.
-async fn deployed() -> flex_provisioner::sandbox::Sandbox {
+async fn deployed() -> common::cluster::Cluster {
     // `sandbox()` has auth on and installs deploy/'s namespaces, accounts, RBAC and policy.
     let sb = sandbox().await;
     let admin = sb.client().unwrap();
@@ -155,4 +155,60 @@ async fn a_missing_permission_is_reported_on_the_claim() {
     );
     assert!(message.contains("deploy/rbac.yaml"), "{message}");
     run.abort();
+}
+
+/// A controller run outside a pod keeps the default `--namespace` for its Lease; where that
+/// namespace does not exist it stops at start with one line naming the flag, instead of
+/// standing by forever.
+#[tokio::test]
+async fn a_missing_lease_namespace_stops_the_controller_at_start() {
+    let sb = deployed().await;
+    let client = client_as(&sb, CONTROLLER_NS, "flex-provisioner").await;
+    let run = flex_provisioner::controller::run(
+        client,
+        flex_provisioner::controller::Options {
+            leader: Some(flex_provisioner::leader::LeaderOptions::new(
+                "no-such-namespace",
+                "flex-provisioner",
+                "lease-test",
+            )),
+            ..options()
+        },
+    );
+    let err = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("the controller stops at start")
+        .expect_err("a missing lease namespace is an error");
+    let text = err.to_string();
+    // With deploy/'s RBAC the account has no Lease rights outside its namespace, and RBAC
+    // answers before the namespace is looked up.
+    assert!(
+        text.contains("\"no-such-namespace\"") && text.contains("--namespace"),
+        "{text}"
+    );
+    assert!(!text.contains('\n'), "one line: {text}");
+    // An account that may write Leases everywhere (an admin's kubeconfig, as when the
+    // controller is run by hand): the namespace's absence itself is named.
+    let err = tokio::time::timeout(
+        Duration::from_secs(30),
+        flex_provisioner::controller::run(
+            sb.client().unwrap(),
+            flex_provisioner::controller::Options {
+                leader: Some(flex_provisioner::leader::LeaderOptions::new(
+                    "no-such-namespace",
+                    "flex-provisioner",
+                    "lease-test",
+                )),
+                ..options()
+            },
+        ),
+    )
+    .await
+    .expect("the controller stops at start")
+    .expect_err("a missing lease namespace is an error");
+    let text = err.to_string();
+    assert!(
+        text.contains("\"no-such-namespace\" of the leader Lease does not exist"),
+        "{text}"
+    );
 }

@@ -5,14 +5,14 @@ mod common;
 
 use std::collections::BTreeSet;
 
-use common::populate::{bound_claims, bound_count};
+use common::populate::{bound_claims, bound_count, finished_jobs};
 use common::provisioning::*;
 use common::sandbox::eventually;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, DeleteParams};
 use serde_json::json;
 
-fn claims_api(sb: &flex_provisioner::sandbox::Sandbox) -> Api<PersistentVolumeClaim> {
+fn claims_api(sb: &common::cluster::Cluster) -> Api<PersistentVolumeClaim> {
     Api::namespaced(sb.client().unwrap(), "default")
 }
 
@@ -122,15 +122,23 @@ async fn five_restarts_during_a_burst_bind_every_claim_with_one_run_each() {
     );
 }
 
-/// 5,000 bound claims and their volumes already present: the controller becomes ready,
+/// 5,000 bound claims and their volumes, with their finished Jobs, pods and records, already
+/// present: the controller becomes ready,
 /// and claims created before and after its start are provisioned.
 #[tokio::test]
 async fn a_controller_among_five_thousand_volumes_is_ready_and_provisions() {
     let sb = sandbox().await;
+    // Seeded straight into the sandbox's store: through a real API server 10,000 writes
+    // would take most of the suite's time (the burst restart below covers a real one).
+    let Some(store) = sb.simulation("seeding 5,000 volumes into the store") else {
+        return;
+    };
     class(&sb, "fast", "Immediate", "make-pv", json!({})).await;
-    bound_claims(&sb, "fast", 5_000);
+    let seeded = bound_claims(store, "fast", 5_000);
+    // Their Jobs, pods and records are still there, as for an hour after a burst.
+    finished_jobs(store, NS, "fast", &seeded);
     eventually(120, "the 5,000 claims to bind", || async {
-        (bound_count(&sb) == 5_000).then_some(())
+        (bound_count(store) == 5_000).then_some(())
     })
     .await;
     claim(&sb, "before", "fast").await;
@@ -140,5 +148,59 @@ async fn a_controller_among_five_thousand_volumes_is_ready_and_provisions() {
     bound(&sb, "before", 60).await;
     bound(&sb, "after", 60).await;
     let by_claim = provision_jobs_by_claim(&sb).await;
-    assert_eq!(by_claim.len(), 2, "only the two new claims needed a Job");
+    assert_eq!(
+        by_claim.len(),
+        5_002,
+        "only the two new claims needed a Job: {} claims have Jobs",
+        by_claim.len()
+    );
+    assert!(by_claim.values().all(|jobs| jobs.len() == 1));
+}
+
+/// More of the controller's own Jobs than any buffer between a watch and its consumers held
+/// (300 volumes provisioned, their Jobs kept for their TTL), then a restart: the new
+/// controller is ready within seconds, binds a claim created while it was down and
+/// deprovisions a volume released meanwhile, once.
+#[tokio::test]
+async fn a_restart_after_a_burst_of_three_hundred_volumes_is_ready_at_once() {
+    const N: usize = 300;
+    let sb = sandbox().await;
+    class(&sb, "bulk", "Immediate", "make-pv", json!({})).await;
+    let first = controller(&sb);
+    burst(&sb, "b", N, "bulk").await;
+    all_bound(&sb, N, 600).await;
+    kill(first).await;
+
+    let released = claims_api(&sb)
+        .get("b000")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .volume_name
+        .unwrap();
+    claims_api(&sb)
+        .delete("b000", &DeleteParams::default())
+        .await
+        .unwrap();
+    let pvs: Api<PersistentVolume> = Api::all(sb.client().unwrap());
+    eventually(60, "the volume to be released", || async {
+        let pv = pvs.get(&released).await.ok()?;
+        (pv.status?.phase.as_deref() == Some("Released")).then_some(())
+    })
+    .await;
+    claim(&sb, "late", "bulk").await;
+
+    let (_c, addr) = controller_serving(&sb);
+    ready(addr, 10).await;
+    bound(&sb, "late", 120).await;
+    eventually(120, "the released volume to be deprovisioned and removed", || async {
+        pvs.get_opt(&released).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    let deprovisions: Vec<_> = jobs_of(&sb, "deprovision").await;
+    assert_eq!(deprovisions.len(), 1, "one deprovision Job for the released volume");
+    let by_claim = provision_jobs_by_claim(&sb).await;
+    assert_eq!(by_claim.len(), N + 1);
+    assert!(by_claim.values().all(|jobs| jobs.len() == 1));
 }

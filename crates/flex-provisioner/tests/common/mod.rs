@@ -266,6 +266,7 @@ pub fn assert_pv_valid(pv: &PersistentVolume) {
     assert!(!spec.access_modes.as_ref().unwrap().is_empty());
 }
 
+pub mod cluster;
 pub mod populate;
 pub mod provisioning;
 // The sandbox crate's own test helpers (starting a sandbox, waiting for conditions).

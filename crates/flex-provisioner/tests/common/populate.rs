@@ -9,7 +9,7 @@ use serde_json::json;
 /// `pvc-<uid>` whose claimRef names it, as the provisioner would have made it. The
 /// sandbox's PV controller binds them, as in a cluster: each claim gets its volumeName and
 /// the controller's annotations, both go Bound; `bound_count` tells when it has.
-pub fn bound_claims(sb: &Sandbox, class: &str, n: usize) {
+pub fn bound_claims(sb: &Sandbox, class: &str, n: usize) -> Vec<(String, String)> {
     let ctx = WriteCtx::manager("test");
     let claims = resources::find("", "v1", "persistentvolumeclaims").unwrap();
     let pvs = resources::find("", "v1", "persistentvolumes").unwrap();
@@ -46,6 +46,76 @@ pub fn bound_claims(sb: &Sandbox, class: &str, n: usize) {
                                 "hostPath": {"path": format!("/volumes/{pv}")},
                                 "claimRef": {"kind": "PersistentVolumeClaim", "apiVersion": "v1",
                                              "namespace": "default", "name": name, "uid": uid}}}),
+                &ctx,
+            )
+            .unwrap();
+    }
+    made.iter()
+        .map(|c| {
+            (
+                c["metadata"]["name"].as_str().unwrap().to_owned(),
+                c["metadata"]["uid"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// What provisioning `claims` (name, uid) of `class` in `default` left in config namespace
+/// `ns` while their Jobs are kept for their TTL: each claim's finished Job, its Succeeded
+/// pod and its volume's deprovision record, as the controller and the Job controller make
+/// them.
+pub fn finished_jobs(sb: &Sandbox, ns: &str, class: &str, claims: &[(String, String)]) {
+    let ctx = WriteCtx::manager("test");
+    let jobs = resources::find("batch", "v1", "jobs").unwrap();
+    let pods = resources::find("", "v1", "pods").unwrap();
+    let config_maps = resources::find("", "v1", "configmaps").unwrap();
+    let now = "2026-01-01T00:00:00Z";
+    for (name, uid) in claims {
+        let pv = format!("pvc-{uid}");
+        let labels = json!({"app.kubernetes.io/managed-by": "flex-provisioner",
+            "flex-provisioner.io/action": "provision", "flex-provisioner.io/claim-uid": uid,
+            "flex-provisioner.io/volume": pv, "flex-provisioner.io/attempt": "1"});
+        let annotations = json!({"flex-provisioner.io/claim": format!("default/{name}"),
+            "flex-provisioner.io/storage-class": class});
+        let job = sb
+            .api
+            .create(
+                jobs,
+                ns,
+                json!({"metadata": {"name": format!("provision-{uid}"), "labels": labels, "annotations": annotations},
+                       "spec": {"ttlSecondsAfterFinished": 3600, "backoffLimit": 0,
+                                "template": {"metadata": {"labels": labels}, "spec": {"restartPolicy": "Never",
+                                    "containers": [{"name": "provisioner", "image": "bench-image"}]}}},
+                       "status": {"succeeded": 1, "startTime": now, "completionTime": now,
+                                  "conditions": [{"type": "SuccessCriteriaMet", "status": "True"},
+                                                 {"type": "Complete", "status": "True"}]}}),
+                &ctx,
+            )
+            .unwrap();
+        let job_uid = job["metadata"]["uid"].as_str().unwrap();
+        sb.api
+            .create(
+                pods,
+                ns,
+                json!({"metadata": {"name": format!("provision-{uid}-x"), "labels": labels, "annotations": annotations,
+                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": format!("provision-{uid}"),
+                                              "uid": job_uid, "controller": true}]},
+                       "spec": {"restartPolicy": "Never", "nodeName": "sandbox-node-1",
+                                "containers": [{"name": "provisioner", "image": "bench-image"}]},
+                       "status": {"phase": "Succeeded", "containerStatuses": [{"name": "provisioner", "ready": false,
+                           "restartCount": 0, "image": "bench-image", "imageID": "",
+                           "state": {"terminated": {"exitCode": 0, "reason": "Completed",
+                               "message": format!("{{\"hostPath\":{{\"path\":\"/volumes/{pv}\"}}}}")}}}]}}),
+                &ctx,
+            )
+            .unwrap();
+        sb.api
+            .create(
+                config_maps,
+                ns,
+                json!({"metadata": {"name": format!("flex-record-{uid}"),
+                         "labels": {"flex-provisioner.io/record": "true", "flex-provisioner.io/volume": pv}},
+                       "data": {"volume": pv, "image": "bench-image", "parameters": "{}"}}),
                 &ctx,
             )
             .unwrap();

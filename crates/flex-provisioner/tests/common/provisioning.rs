@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use flex_provisioner::controller::{Options, run};
 use flex_provisioner::sandbox::{Sandbox, SandboxOptions};
+
+use super::cluster::Cluster;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, ListParams, PostParams};
@@ -27,9 +29,20 @@ fn make_pv(dir: &str) -> String {
     )
 }
 
+/// A PV as the original proposal's images write it: name, claimRef, class, size, one mode
+/// and a hostPath, nothing of ours.
+const SEED_PV: &str = r#"printf '{"apiVersion":"v1","kind":"PersistentVolume","metadata":{"name":"%s"},"spec":{"capacity":{"storage":"%s"},"accessModes":["ReadWriteOnce"],"storageClassName":"%s","persistentVolumeReclaimPolicy":"%s","hostPath":{"path":"/volumes/seed/%s"},"claimRef":{"namespace":"%s","name":"%s","uid":"%s"}}}' "$PV_NAME" "$REQUESTED_SIZE" "$STORAGE_CLASS" "$RECLAIM_POLICY" "$PV_NAME" "$PVC_NAMESPACE" "$PVC_NAME" "$PVC_UID""#;
+
 /// Test images that create the PV themselves (or, `no-pv`, fail to): their classes use
 /// `pv-creator: image`; every other class has the controller create the PV.
-pub const IMAGE_MODE: &[&str] = &["kubectl-pv", "wrong-size", "wrong-ref", "no-pv"];
+pub const IMAGE_MODE: &[&str] = &[
+    "kubectl-pv",
+    "wrong-size",
+    "wrong-ref",
+    "no-pv",
+    "seed-pv",
+    "bound-wrong",
+];
 /// deploy/'s account for `pv-creator: image` Jobs.
 pub const IMAGE_ACCOUNT: &str = "flex-provisioner-volume-writer";
 
@@ -61,6 +74,17 @@ fn images() -> Vec<(&'static str, String)> {
         ),
         ("perm", "echo \"perm: pool gold does not exist\" > \"$TERMINATION_LOG\"\nexit 2".into()),
         ("no-pv", "exit 0".into()),
+        // The original proposal's image: its own PV, written from the claim's fields, with
+        // no pv.kubernetes.io/provisioned-by (deploy/'s policy accepts that).
+        ("seed-pv", format!("{SEED_PV} | kubectl create -f -")),
+        // A PV of a source type its class does not allow, which the image waits to see
+        // bound before it exits (as a real PV controller binds it at once).
+        (
+            "bound-wrong",
+            format!(
+                "{SEED_PV} | kubectl create -f -\ni=0\nwhile [ \"$(kubectl get pv \"$PV_NAME\" -o jsonpath='{{.status.phase}}')\" != Bound ]; do i=$((i+1)); [ $i -lt 300 ] || exit 1; sleep 0.1; done"
+            ),
+        ),
         // Reports that the controller must refuse.
         (
             "two-sources",
@@ -93,11 +117,13 @@ fn images() -> Vec<(&'static str, String)> {
                 make_pv("volumes")
             ),
         ),
-        // First attempt: a PV for some other claim under our name; later attempts do it right.
+        // First attempt: a PV under our name whose claimRef names another claim (with this
+        // claim's uid, which deploy/'s admission policy allows: the controller's check is
+        // what refuses it); later attempts do it right.
         (
             "wrong-ref",
             format!(
-                "if [ ! -e \"$SANDBOX_ROOT/wrong-$PVC_UID\" ]; then touch \"$SANDBOX_ROOT/wrong-$PVC_UID\"\nprintf '{{\"apiVersion\":\"v1\",\"kind\":\"PersistentVolume\",\"metadata\":{{\"name\":\"%s\"}},\"spec\":{{\"capacity\":{{\"storage\":\"1Gi\"}},\"accessModes\":[\"ReadWriteOnce\"],\"storageClassName\":\"%s\",\"hostPath\":{{\"path\":\"/x\"}},\"claimRef\":{{\"namespace\":\"other\",\"name\":\"other\",\"uid\":\"not-yours\"}}}}}}' \"$PV_NAME\" \"$STORAGE_CLASS\" | kubectl create -f -\nexit 0\nfi\n{}",
+                "if [ ! -e \"$SANDBOX_ROOT/wrong-$PVC_UID\" ]; then touch \"$SANDBOX_ROOT/wrong-$PVC_UID\"\nprintf '{{\"apiVersion\":\"v1\",\"kind\":\"PersistentVolume\",\"metadata\":{{\"name\":\"%s\"}},\"spec\":{{\"capacity\":{{\"storage\":\"1Gi\"}},\"accessModes\":[\"ReadWriteOnce\"],\"storageClassName\":\"%s\",\"hostPath\":{{\"path\":\"/volumes/x\"}},\"claimRef\":{{\"namespace\":\"other\",\"name\":\"other\",\"uid\":\"%s\"}}}}}}' \"$PV_NAME\" \"$STORAGE_CLASS\" \"$PVC_UID\" | kubectl create -f -\nexit 0\nfi\n{}",
                 make_pv("volumes")
             ),
         ),
@@ -135,7 +161,7 @@ fn binary_dir() -> PathBuf {
         .to_owned()
 }
 
-pub async fn sandbox() -> Sandbox {
+pub async fn sandbox() -> Cluster {
     sandbox_with(|o| o).await
 }
 
@@ -154,25 +180,26 @@ pub fn options() -> Options {
 }
 
 /// Starts the controller as a task (abort it to "kill" the controller).
-pub fn controller(sb: &Sandbox) -> JoinHandle<()> {
+pub fn controller(sb: &Cluster) -> JoinHandle<()> {
     controller_with(sb, options())
 }
 
 /// The controller runs as deploy/'s ServiceAccount `flex-provisioner`, holding exactly
 /// deploy/'s RBAC: a controller that needs one more verb fails these tests.
-pub fn controller_with(sb: &Sandbox, options: Options) -> JoinHandle<()> {
-    let admin = sb.client().unwrap();
-    let url = sb.url();
+pub fn controller_with(sb: &Cluster, options: Options) -> JoinHandle<()> {
+    let config = sb.config();
     tokio::spawn(async move {
-        let client = client_as(admin, &url, CONTROLLER_NS, "flex-provisioner").await;
+        let client = client_as(config, CONTROLLER_NS, "flex-provisioner").await;
         if let Err(e) = run(client, options).await {
             panic!("controller stopped: {e}");
         }
     })
 }
 
-/// A client acting as `system:serviceaccount:<ns>:<name>`, with a token from TokenRequest.
-pub async fn client_as(admin: kube::Client, url: &str, ns: &str, name: &str) -> kube::Client {
+/// A client acting as `system:serviceaccount:<ns>:<name>`, with a token from TokenRequest,
+/// for the cluster an admin's `config` reaches.
+pub async fn client_as(config: kube::Config, ns: &str, name: &str) -> kube::Client {
+    let admin = kube::Client::try_from(config.clone()).unwrap();
     let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(admin, ns);
     let answer: serde_json::Value = accounts
         .create_subresource(
@@ -184,13 +211,16 @@ pub async fn client_as(admin: kube::Client, url: &str, ns: &str, name: &str) -> 
         .await
         .expect("a token for the account");
     let token = answer["status"]["token"].as_str().unwrap().to_owned();
-    let mut config = kube::Config::new(url.parse().unwrap());
-    config.auth_info.token = Some(token.into());
+    let mut config = config;
+    config.auth_info = kube::config::AuthInfo {
+        token: Some(token.into()),
+        ..Default::default()
+    };
     kube::Client::try_from(config).unwrap()
 }
 
 /// A StorageClass of ours and its ConfigMap with `image` and extra keys.
-pub async fn class(sb: &Sandbox, name: &str, binding: &str, image: &str, extra: serde_json::Value) {
+pub async fn class(sb: &Cluster, name: &str, binding: &str, image: &str, extra: serde_json::Value) {
     let client = sb.client().unwrap();
     let sc = json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": name},
         "provisioner": flex_provisioner::names::DEFAULT_PROVISIONER_NAME, "reclaimPolicy": "Delete", "volumeBindingMode": binding});
@@ -224,14 +254,14 @@ pub fn claim_object(name: &str, class: &str) -> PersistentVolumeClaim {
     .unwrap()
 }
 
-pub async fn claim(sb: &Sandbox, name: &str, class: &str) -> PersistentVolumeClaim {
+pub async fn claim(sb: &Cluster, name: &str, class: &str) -> PersistentVolumeClaim {
     Api::<PersistentVolumeClaim>::namespaced(sb.client().unwrap(), "default")
         .create(&PostParams::default(), &claim_object(name, class))
         .await
         .unwrap()
 }
 
-pub async fn bound(sb: &Sandbox, name: &str, secs: u64) -> PersistentVolumeClaim {
+pub async fn bound(sb: &Cluster, name: &str, secs: u64) -> PersistentVolumeClaim {
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(sb.client().unwrap(), "default");
     eventually(secs, &format!("claim {name} to bind"), || async {
         let c = claims.get(name).await.ok()?;
@@ -240,7 +270,7 @@ pub async fn bound(sb: &Sandbox, name: &str, secs: u64) -> PersistentVolumeClaim
     .await
 }
 
-pub async fn jobs(sb: &Sandbox) -> Vec<Job> {
+pub async fn jobs(sb: &Cluster) -> Vec<Job> {
     Api::<Job>::namespaced(sb.client().unwrap(), NS)
         .list(&ListParams::default())
         .await
@@ -248,7 +278,7 @@ pub async fn jobs(sb: &Sandbox) -> Vec<Job> {
         .items
 }
 
-pub async fn volumes(sb: &Sandbox) -> Vec<PersistentVolume> {
+pub async fn volumes(sb: &Cluster) -> Vec<PersistentVolume> {
     Api::<PersistentVolume>::all(sb.client().unwrap())
         .list(&ListParams::default())
         .await
@@ -257,7 +287,7 @@ pub async fn volumes(sb: &Sandbox) -> Vec<PersistentVolume> {
 }
 
 /// (reason, message) of the events on a claim.
-pub async fn claim_events(sb: &Sandbox, name: &str) -> Vec<(String, String)> {
+pub async fn claim_events(sb: &Cluster, name: &str) -> Vec<(String, String)> {
     Api::<Event>::namespaced(sb.client().unwrap(), "default")
         .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
         .await
@@ -268,8 +298,21 @@ pub async fn claim_events(sb: &Sandbox, name: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// (reason, message) of the events about object `name` in any namespace (those on a PV,
+/// which has none, are kept in `default`).
+pub async fn events_about(sb: &Cluster, name: &str) -> Vec<(String, String)> {
+    Api::<Event>::all(sb.client().unwrap())
+        .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+        .collect()
+}
+
 pub async fn wait_event(
-    sb: &Sandbox,
+    sb: &Cluster,
     claim: &str,
     reason: &str,
     needle: &str,
@@ -290,7 +333,7 @@ pub async fn wait_event(
 }
 
 /// The Jobs of one action (`provision` or `deprovision`) in the test's config namespace.
-pub async fn jobs_of(sb: &Sandbox, action: &str) -> Vec<Job> {
+pub async fn jobs_of(sb: &Cluster, action: &str) -> Vec<Job> {
     jobs(sb)
         .await
         .into_iter()
@@ -303,7 +346,7 @@ pub async fn jobs_of(sb: &Sandbox, action: &str) -> Vec<Job> {
 }
 
 /// Waits until a provisioning Job has completed.
-pub async fn provisioning_complete(sb: &Sandbox, secs: u64) {
+pub async fn provisioning_complete(sb: &Cluster, secs: u64) {
     eventually(secs, "the provisioning Job to complete", || async {
         let j = jobs_of(sb, "provision").await.pop()?;
         j.status?
@@ -317,7 +360,7 @@ pub async fn provisioning_complete(sb: &Sandbox, secs: u64) {
 
 /// Where a node-local PV's directory lives on the sandbox host: the node from its affinity,
 /// the path from its `local` source.
-pub fn storage_dir(sb: &Sandbox, pv: &PersistentVolume) -> PathBuf {
+pub fn storage_dir(sb: &Cluster, pv: &PersistentVolume) -> PathBuf {
     let node = pv
         .spec
         .as_ref()
@@ -382,7 +425,7 @@ pub async fn ready(addr: std::net::SocketAddr, secs: u64) {
 }
 
 /// The controller with its HTTP endpoints on a free address.
-pub fn controller_serving(sb: &Sandbox) -> (JoinHandle<()>, std::net::SocketAddr) {
+pub fn controller_serving(sb: &Cluster) -> (JoinHandle<()>, std::net::SocketAddr) {
     let addr = free_addr();
     let c = controller_with(
         sb,
@@ -401,7 +444,7 @@ pub async fn kill(c: JoinHandle<()>) {
 }
 
 /// The provisioning Jobs per claim uid.
-pub async fn provision_jobs_by_claim(sb: &Sandbox) -> BTreeMap<String, Vec<Job>> {
+pub async fn provision_jobs_by_claim(sb: &Cluster) -> BTreeMap<String, Vec<Job>> {
     let mut out: BTreeMap<String, Vec<Job>> = BTreeMap::new();
     for j in jobs_of(sb, "provision").await {
         let uid = j.metadata.labels.as_ref().unwrap()["flex-provisioner.io/claim-uid"].clone();
@@ -423,9 +466,22 @@ pub fn succeeded(job: &Job) -> bool {
 
 /// Like `sandbox()`, with `adjust` applied to the options first (e.g. to turn on the
 /// controllers' client rate limit).
-pub async fn sandbox_with(adjust: impl FnOnce(SandboxOptions) -> SandboxOptions) -> Sandbox {
+pub async fn sandbox_with(adjust: impl FnOnce(SandboxOptions) -> SandboxOptions) -> Cluster {
+    cluster_with(adjust, super::cluster::real_target()).await
+}
+
+/// The sandbox, whatever the target: for tests of the images' scripts, which need what
+/// only the sandbox's node offers (mounts of NFS exports, pod logs).
+pub async fn sandbox_only_with(adjust: impl FnOnce(SandboxOptions) -> SandboxOptions) -> Cluster {
+    cluster_with(adjust, None).await
+}
+
+async fn cluster_with(
+    adjust: impl FnOnce(SandboxOptions) -> SandboxOptions,
+    real: Option<PathBuf>,
+) -> Cluster {
     super::at_root();
-    let image_map = std::fs::read_dir("provisioner-images")
+    let provisioner_images: Vec<(String, PathBuf)> = std::fs::read_dir("provisioner-images")
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.join("entrypoint").exists())
@@ -436,33 +492,89 @@ pub async fn sandbox_with(adjust: impl FnOnce(SandboxOptions) -> SandboxOptions)
             )
         })
         .collect();
-    let sb = Sandbox::start(adjust(SandboxOptions {
+    let opts = adjust(SandboxOptions {
         images_dir: write_images(),
-        image_map,
+        image_map: provisioner_images.into_iter().collect(),
         pod_backoff: Duration::from_millis(100),
-        nodes: vec!["node-a".into(), "node-b".into()],
+        nodes: super::cluster::NODES.iter().map(|n| n.to_string()).collect(),
         extra_path: vec![binary_dir()],
         auth: true,
         ..Default::default()
-    }))
-    .await
-    .expect("sandbox starts");
-    // What `kubectl apply -k deploy/` installs: the namespace, both accounts, the RBAC.
-    let files: Vec<PathBuf> = [
-        "namespace.yaml",
-        "serviceaccounts.yaml",
-        "rbac.yaml",
-        "admission-policy.yaml",
-    ]
-    .iter()
-    .map(|f| PathBuf::from("deploy").join(f))
-    .collect();
-    flex_provisioner::sandbox_cmd::apply_files(&sb, &files).expect("deploy/ applies");
-    sb
+    });
+    let cluster = match real {
+        Some(scripts) => {
+            // The same images and PATH, on the real control plane's simulated nodes.
+            let mut images: Vec<(String, PathBuf)> = opts.image_map.clone().into_iter().collect();
+            for entry in std::fs::read_dir(&opts.images_dir).unwrap() {
+                let dir = entry.unwrap().path();
+                let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+                images.push((name, dir.join("entrypoint")));
+            }
+            super::cluster::start_real(scripts, images, opts.extra_path.clone()).await
+        }
+        None => Cluster::from_sandbox(Sandbox::start(opts).await.expect("sandbox starts")).await,
+    };
+    // What `kubectl apply -k deploy/` installs: the namespaces, both accounts, the RBAC, the
+    // admission policy.
+    let files: Vec<PathBuf> = DEPLOY_FILES
+        .iter()
+        .map(|f| PathBuf::from("deploy").join(f))
+        .collect();
+    cluster.apply_files(&files);
+    // The test images write their volumes under /volumes: allowed as an admin would, in
+    // the admission policy's parameters.
+    let params: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(cluster.client().unwrap(), NS);
+    params
+        .patch(
+            "flex-provisioner-image-volumes",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"data": {
+                "path-prefixes": "/var/lib/flex-provisioner/volumes,/dev/vg-k8s,/volumes"}})),
+        )
+        .await
+        .expect("the admission policy's parameters");
+    if cluster.is_real() {
+        policy_in_force(&cluster).await;
+    }
+    cluster
 }
 
+/// A real API server loads a new admission policy a moment after it is created: until it
+/// refuses a misnamed PV from an image account (a dry run), the tests would race it.
+async fn policy_in_force(cluster: &Cluster) {
+    let image = client_as(cluster.config(), NS, IMAGE_ACCOUNT).await;
+    let pvs: Api<PersistentVolume> = Api::all(image);
+    let probe: PersistentVolume = serde_json::from_value(json!({"metadata": {"name": "policy-probe"},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "hostPath": {"path": "/volumes/probe"},
+                 "claimRef": {"namespace": "default", "name": "x", "uid": "not-the-name"}}}))
+    .unwrap();
+    let dry_run = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    eventually(60, "deploy/'s admission policy to be in force", || async {
+        match pvs.create(&dry_run, &probe).await {
+            Err(kube::Error::Api(s)) if s.message.contains("ValidatingAdmissionPolicy") => Some(()),
+            _ => None,
+        }
+    })
+    .await;
+}
+
+/// deploy/'s files the tests install, unchanged (all but the controller's Deployment,
+/// Service and PodDisruptionBudget: the tests run the controller themselves).
+pub const DEPLOY_FILES: &[&str] = &[
+    "namespace.yaml",
+    "serviceaccounts.yaml",
+    "rbac.yaml",
+    "admission-policy-params.yaml",
+    "admission-policy.yaml",
+];
+
 /// `n` claims `<prefix><i>` of `class` created at once.
-pub async fn burst(sb: &Sandbox, prefix: &str, n: usize, class: &str) {
+pub async fn burst(sb: &Cluster, prefix: &str, n: usize, class: &str) {
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(sb.client().unwrap(), "default");
     futures::future::join_all((0..n).map(|i| {
         let claims = claims.clone();
@@ -480,7 +592,7 @@ pub async fn burst(sb: &Sandbox, prefix: &str, n: usize, class: &str) {
 }
 
 /// Waits until `n` claims in `default` are bound.
-pub async fn all_bound(sb: &Sandbox, n: usize, secs: u64) {
+pub async fn all_bound(sb: &Cluster, n: usize, secs: u64) {
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(sb.client().unwrap(), "default");
     eventually(secs, &format!("{n} claims bound"), || async {
         let list = claims.list(&ListParams::default()).await.ok()?;
@@ -495,7 +607,7 @@ pub async fn all_bound(sb: &Sandbox, n: usize, secs: u64) {
 }
 
 /// Messages of the events in `default` that contain `needle`.
-pub async fn events_saying(sb: &Sandbox, needle: &str) -> Vec<String> {
+pub async fn events_saying(sb: &Cluster, needle: &str) -> Vec<String> {
     Api::<Event>::namespaced(sb.client().unwrap(), "default")
         .list(&ListParams::default())
         .await
@@ -509,13 +621,41 @@ pub async fn events_saying(sb: &Sandbox, needle: &str) -> Vec<String> {
 
 /// A sandbox with the controller running and the example files applied (deploy/'s
 /// namespace, accounts and RBAC come with `sandbox()`).
-pub async fn with_examples(files: &[&str]) -> (Sandbox, JoinHandle<()>) {
-    let sb = sandbox().await;
+pub async fn with_examples(files: &[&str]) -> (Cluster, JoinHandle<()>) {
+    with_examples_on(sandbox().await, files).await
+}
+
+/// `kubectl label namespace flex-provisioner-config pod-security.kubernetes.io/enforce=privileged`,
+/// as the examples whose Jobs mount node paths ask of the admin.
+pub async fn allow_privileged_jobs(sb: &Cluster) {
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(sb.client().unwrap())
+        .patch(
+            NS,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"labels": {
+                "pod-security.kubernetes.io/enforce": "privileged"}}})),
+        )
+        .await
+        .expect("the config namespace's Pod Security level");
+}
+
+/// `with_examples` on a given cluster.
+pub async fn with_examples_on(sb: Cluster, files: &[&str]) -> (Cluster, JoinHandle<()>) {
     let c = controller(&sb);
     let files: Vec<PathBuf> = files.iter().map(PathBuf::from).collect();
-    for line in flex_provisioner::sandbox_cmd::apply_files(&sb, &files).unwrap() {
+    // The examples whose Jobs mount node paths say to allow privileged pods in the config
+    // namespace; an admin following them does.
+    if files
+        .iter()
+        .any(|f| std::fs::read_to_string(f).unwrap_or_default().contains("enforce=privileged"))
+    {
+        allow_privileged_jobs(&sb).await;
+    }
+    for line in sb.apply_files(&files) {
         assert!(
-            line.ends_with("created") || line.ends_with("unchanged (already exists)"),
+            line.ends_with("created")
+                || line.ends_with("unchanged (already exists)")
+                || line.ends_with("unchanged"),
             "{line}"
         );
     }
@@ -524,7 +664,7 @@ pub async fn with_examples(files: &[&str]) -> (Sandbox, JoinHandle<()>) {
 
 /// A claim of `class` and a pod `pod` that writes hello.txt into it (so a
 /// WaitForFirstConsumer class gets a node), not waiting for it to bind.
-pub async fn claim_with_pod(sb: &Sandbox, name: &str, class: &str, pod: &str) {
+pub async fn claim_with_pod(sb: &Cluster, name: &str, class: &str, pod: &str) {
     let c = sb.client().unwrap();
     Api::<PersistentVolumeClaim>::namespaced(c.clone(), "default")
         .create(&PostParams::default(), &claim_object(name, class))
@@ -541,7 +681,7 @@ pub async fn claim_with_pod(sb: &Sandbox, name: &str, class: &str, pod: &str) {
 }
 
 /// Raises claim `name`'s storage request to `size` (a user growing their claim).
-pub async fn grow(sb: &Sandbox, name: &str, size: &str) {
+pub async fn grow(sb: &Cluster, name: &str, size: &str) {
     Api::<PersistentVolumeClaim>::namespaced(sb.client().unwrap(), "default")
         .patch(
             name,

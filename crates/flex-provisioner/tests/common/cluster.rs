@@ -1,0 +1,428 @@
+//! Where the end-to-end tests run: the sandbox (the default), or a real Kubernetes control
+//! plane when `FLEX_E2E_K8S` names a directory holding its `start` and `stop` scripts and
+//! `fake-kubelet.py` (CI points it at a Kubernetes 1.36 control plane with simulated nodes).
+//! The test code is the same on both: it sees a `Cluster`.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use flex_provisioner::sandbox::Sandbox;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+
+/// The environment variable that selects a real control plane.
+pub const ENV: &str = "FLEX_E2E_K8S";
+/// The nodes every test cluster has.
+pub const NODES: [&str; 2] = ["node-a", "node-b"];
+
+/// The real control plane's directory of scripts, when the tests are to run there.
+pub fn real_target() -> Option<PathBuf> {
+    let dir = std::env::var_os(ENV).filter(|v| !v.is_empty())?;
+    let dir = PathBuf::from(dir);
+    let dir = if dir.is_relative() {
+        super::root().join(dir)
+    } else {
+        dir
+    };
+    assert!(
+        dir.join("start").is_file() && dir.join("fake-kubelet.py").is_file(),
+        "{ENV}={} does not hold a control plane's start script and fake-kubelet.py",
+        dir.display()
+    );
+    Some(dir)
+}
+
+/// A cluster a test runs against.
+pub struct Cluster {
+    /// An admin's kubeconfig (kubectl works with it).
+    pub kubeconfig: PathBuf,
+    config: kube::Config,
+    backend: Backend,
+}
+
+enum Backend {
+    Sandbox(Sandbox),
+    Real(RealCluster),
+}
+
+impl Cluster {
+    pub async fn from_sandbox(sb: Sandbox) -> Cluster {
+        let config = config_of(&sb.kubeconfig).await;
+        Cluster {
+            kubeconfig: sb.kubeconfig.clone(),
+            config,
+            backend: Backend::Sandbox(sb),
+        }
+    }
+
+    /// An admin's client.
+    pub fn client(&self) -> Result<kube::Client, kube::Error> {
+        kube::Client::try_from(self.config.clone())
+    }
+
+    /// An admin's client configuration (server, CA, credentials).
+    pub fn config(&self) -> kube::Config {
+        self.config.clone()
+    }
+
+    /// The directory standing for a node's filesystem root: pods on that node see it as
+    /// `$SANDBOX_ROOT`.
+    pub fn node_root(&self, node: &str) -> PathBuf {
+        match &self.backend {
+            Backend::Sandbox(sb) => sb.node_root(node),
+            Backend::Real(r) => r.dir.join("nodes").join(node),
+        }
+    }
+
+    /// Where the files of NFS export `server:path` live (what a pod mounting it sees).
+    pub fn nfs_dir(&self, server: &str, path: &str) -> PathBuf {
+        let base = match &self.backend {
+            Backend::Sandbox(sb) => sb.work_dir.join("nfs"),
+            Backend::Real(r) => r.dir.join("nfs"),
+        };
+        base.join(server).join(path.trim_start_matches('/'))
+    }
+
+    /// The sandbox, for what only a simulation offers (fault injection, its store).
+    pub fn sandbox(&self) -> Option<&Sandbox> {
+        match &self.backend {
+            Backend::Sandbox(sb) => Some(sb),
+            Backend::Real(_) => None,
+        }
+    }
+
+    /// The sandbox, for a test of what only a simulation can do (`what`); on a real control
+    /// plane `None`, and the test says it did not run there.
+    pub fn simulation(&self, what: &str) -> Option<&Sandbox> {
+        let sb = self.sandbox();
+        if sb.is_none() {
+            eprintln!("{what} needs the sandbox: this test does not run on a real control plane");
+        }
+        sb
+    }
+
+    pub fn is_real(&self) -> bool {
+        matches!(self.backend, Backend::Real(_))
+    }
+
+    /// Where a real control plane keeps its files (logs, pods), for messages.
+    pub fn real_dir(&self) -> Option<&Path> {
+        match &self.backend {
+            Backend::Real(r) => Some(&r.dir),
+            Backend::Sandbox(_) => None,
+        }
+    }
+
+    /// Creates the objects in `files` as `kubectl apply` would, one line per object
+    /// (`kind/name created`, or why not).
+    pub fn apply_files(&self, files: &[PathBuf]) -> Vec<String> {
+        match &self.backend {
+            Backend::Sandbox(sb) => {
+                flex_provisioner::sandbox_cmd::apply_files(sb, files).expect("the files apply")
+            }
+            Backend::Real(_) => {
+                let mut args = vec!["apply".to_string()];
+                for f in files {
+                    args.push("-f".into());
+                    args.push(f.display().to_string());
+                }
+                let out = kubectl(&self.kubeconfig, &args);
+                assert!(
+                    out.status.success(),
+                    "kubectl apply failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .map(str::to_owned)
+                    .collect()
+            }
+        }
+    }
+}
+
+/// Runs kubectl with `kubeconfig`; kubectl must be installed (the tests that need it fail
+/// loudly without it).
+pub fn kubectl(kubeconfig: &Path, args: &[String]) -> std::process::Output {
+    Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("kubectl is installed (CI installs Debian's kubernetes-client)")
+}
+
+async fn config_of(kubeconfig: &Path) -> kube::Config {
+    let file = kube::config::Kubeconfig::read_from(kubeconfig).expect("a readable kubeconfig");
+    let mut config = kube::Config::from_custom_kubeconfig(file, &Default::default())
+        .await
+        .expect("a usable kubeconfig");
+    config.default_namespace = "default".into();
+    config
+}
+
+/// A real control plane started for one test, stopped (and its files removed) when the
+/// test's cluster is dropped; kept for reading when the test failed.
+struct RealCluster {
+    scripts: PathBuf,
+    dir: PathBuf,
+    /// The second node's simulated kubelet, reaped once `stop` ended it.
+    second_node: Option<std::process::Child>,
+}
+
+impl Drop for RealCluster {
+    fn drop(&mut self) {
+        let _ = Command::new(self.scripts.join("stop"))
+            .arg(&self.dir)
+            .output();
+        if let Some(mut c) = self.second_node.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!(
+                "the failed test's control plane is kept in {} (logs/, pods/)",
+                self.dir.display()
+            );
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// A wrapper that runs `script` as a pod on `node` would in the sandbox: with the node's
+/// directory as `$SANDBOX_ROOT`, the pod's volumes linked under it at their mount paths
+/// (`mount.py`), and `extra_path` first on the PATH.
+fn wrapper(script: &Path, dir: &Path, node: &str, extra_path: &[PathBuf]) -> String {
+    let quote = |p: &Path| format!("'{}'", p.display().to_string().replace('\'', "'\\''"));
+    let path: Vec<String> = extra_path.iter().map(|p| quote(p)).collect();
+    format!(
+        "#!/bin/sh\nSANDBOX_ROOT={root}\nSANDBOX_NODE={node}\nPATH={path}:\"$PATH\"\nexport SANDBOX_ROOT SANDBOX_NODE PATH\nmkdir -p \"$SANDBOX_ROOT\"\npython3 {mount} {kubeconfig} \"$SANDBOX_ROOT\" {nfs} >&2 || echo 'cannot link the pod volumes' >&2\nexec {script} \"$@\"\n",
+        root = quote(&dir.join("nodes").join(node)),
+        path = path.join(":"),
+        mount = quote(&dir.join("mount.py")),
+        kubeconfig = quote(&dir.join("kubeconfig")),
+        nfs = quote(&dir.join("nfs")),
+        script = quote(script),
+    )
+}
+
+/// What the sandbox's node does for a pod's volumes (crates/kube-sandbox/src/kubelet.rs),
+/// for the simulated node of a real control plane, which mounts nothing: each volume's
+/// backing directory (a hostPath or a claim's hostPath/local volume under the node's root,
+/// an NFS export under the cluster's `nfs/`) is linked at `$SANDBOX_ROOT/<mountPath>`.
+const MOUNT_PY: &str = r#"import json, os, subprocess, sys
+kubeconfig, root, nfs_root = sys.argv[1:4]
+ns = os.path.basename(os.environ.get("HOME", "").rstrip("/")).split("_")[0]
+pod_name = os.environ.get("HOSTNAME", "")
+def get(*args):
+    out = subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "get", "-o", "json", *args],
+                         capture_output=True, text=True)
+    return json.loads(out.stdout) if out.returncode == 0 else None
+def under(base, p):
+    return os.path.join(base, p.lstrip("/"))
+pod = get("pod", pod_name, "-n", ns)
+if pod is None:
+    sys.exit(0)
+spec = pod.get("spec", {})
+volumes = {v.get("name"): v for v in spec.get("volumes", [])}
+def backing(v):
+    if "hostPath" in v:
+        return under(root, v["hostPath"].get("path", ""))
+    if "nfs" in v:
+        return under(os.path.join(nfs_root, v["nfs"].get("server", "")), v["nfs"].get("path", ""))
+    claim = v.get("persistentVolumeClaim", {}).get("claimName")
+    if not claim:
+        return None
+    pvc = get("pvc", claim, "-n", ns)
+    name = (pvc or {}).get("spec", {}).get("volumeName")
+    pv = get("pv", name) if name else None
+    if pv is None:
+        return None
+    s = pv.get("spec", {})
+    for kind in ("hostPath", "local"):
+        if kind in s:
+            return under(root, s[kind].get("path", ""))
+    if "nfs" in s:
+        return under(os.path.join(nfs_root, s["nfs"].get("server", "")), s["nfs"].get("path", ""))
+    return None
+for c in spec.get("initContainers", []) + spec.get("containers", []):
+    for m in c.get("volumeMounts", []):
+        v = volumes.get(m.get("name"))
+        b = backing(v) if v else None
+        if b is None:
+            continue
+        os.makedirs(b, exist_ok=True)
+        target = under(root, m.get("mountPath", ""))
+        if os.path.abspath(target) == os.path.abspath(b) or os.path.lexists(target):
+            continue
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.symlink(b, target)
+"#;
+
+fn write_executable(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn start(scripts: &Path, dir: &Path) -> std::process::Output {
+    Command::new(scripts.join("start"))
+        .arg(dir)
+        .args(["--node", NODES[0]])
+        .output()
+        .expect("the control plane's start script runs")
+}
+
+/// A stopped, empty control plane that every test's starts as a copy of: a restart of one
+/// takes 5 s where a first start takes 11 s (most of it the controller-manager making the
+/// default ServiceAccounts). Made once per machine and version of the scripts, under a
+/// lock, so parallel tests and test binaries share it.
+fn template(scripts: &Path) -> PathBuf {
+    let mut key = Vec::new();
+    for f in ["start", "stop", "fake-kubelet.py"] {
+        key.extend(std::fs::read(scripts.join(f)).unwrap_or_default());
+    }
+    let key = flex_provisioner::names::fnv1a32(&key);
+    let dir = std::env::temp_dir().join(format!("flex-e2e-k8s-template-{key:08x}"));
+    let lock = std::fs::File::create(dir.with_extension("lock")).unwrap();
+    lock.lock().expect("the template's lock");
+    if !dir.join("made").exists() {
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = start(scripts, &dir);
+        assert!(
+            out.status.success(),
+            "the control plane did not start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let _ = Command::new(scripts.join("stop")).arg(&dir).output();
+        std::fs::write(dir.join("made"), "").unwrap();
+    }
+    dir
+}
+
+/// `template`'s files into `dir` (which holds the test's images already).
+fn copy_template(template: &Path, dir: &Path) {
+    let out = Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", template.display()))
+        .arg(dir)
+        .output()
+        .expect("cp runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let _ = std::fs::remove_file(dir.join("made"));
+}
+
+/// Starts a real control plane from `scripts` with the two test nodes, each running
+/// `images` (name -> entrypoint script) as the sandbox would.
+pub async fn start_real(
+    scripts: PathBuf,
+    images: Vec<(String, PathBuf)>,
+    extra_path: Vec<PathBuf>,
+) -> Cluster {
+    let dir = std::env::temp_dir().join(format!(
+        "flex-e2e-k8s-{}-{}",
+        std::process::id(),
+        flex_provisioner::sandbox::ids::name_suffix()
+    ));
+    for (i, node) in NODES.iter().enumerate() {
+        let images_dir = if i == 0 {
+            dir.join("images")
+        } else {
+            dir.join(format!("images-{node}"))
+        };
+        std::fs::create_dir_all(dir.join("nodes").join(node)).unwrap();
+        for (name, script) in &images {
+            write_executable(
+                &images_dir.join(name).join("entrypoint"),
+                &wrapper(script, &dir, node, &extra_path),
+            );
+        }
+    }
+    std::fs::write(dir.join("mount.py"), MOUNT_PY).unwrap();
+    let mut real = RealCluster {
+        scripts: scripts.clone(),
+        dir: dir.clone(),
+        second_node: None,
+    };
+    let started = {
+        let (scripts, dir) = (scripts.clone(), dir.clone());
+        tokio::task::spawn_blocking(move || {
+            copy_template(&template(&scripts), &dir);
+            start(&scripts, &dir)
+        })
+        .await
+        .unwrap()
+    };
+    assert!(
+        started.status.success(),
+        "the control plane did not start: {}",
+        String::from_utf8_lossy(&started.stderr)
+    );
+    let kubeconfig = dir.join("kubeconfig");
+    // The second node: another simulated kubelet of the same control plane, stopped with
+    // it (`stop` ends every process named in pids/).
+    let server = std::fs::read_to_string(dir.join("env"))
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            l.trim_start_matches("export ")
+                .strip_prefix("K8S_SERVER=")
+                .map(|v| v.trim_matches(|c| c == '"' || c == '\'').to_owned())
+        })
+        .expect("K8S_SERVER in the control plane's env file");
+    let log = std::fs::File::create(dir.join("logs").join(format!("fake-kubelet-{}.log", NODES[1])))
+        .unwrap();
+    let mut second = Command::new("python3");
+    second
+        .arg("-u")
+        .arg(scripts.join("fake-kubelet.py"))
+        .args(["--server", &server])
+        .arg("--ca")
+        .arg(dir.join("pki/ca.crt"))
+        .arg("--token-file")
+        .arg(dir.join("pki/fake-kubelet.token"))
+        .args(["--node", NODES[1]])
+        .arg("--images")
+        .arg(dir.join(format!("images-{}", NODES[1])))
+        .arg("--workdir")
+        .arg(dir.join("pods"))
+        .stdout(log.try_clone().unwrap())
+        .stderr(log);
+    {
+        use std::os::unix::process::CommandExt;
+        second.process_group(0);
+    }
+    let child = second.spawn().expect("python3 runs the second simulated node");
+    std::fs::write(
+        dir.join("pids").join(format!("fake-kubelet-{}.pid", NODES[1])),
+        child.id().to_string(),
+    )
+    .unwrap();
+    real.second_node = Some(child);
+    let config = config_of(&kubeconfig).await;
+    let cluster = Cluster {
+        kubeconfig,
+        config,
+        backend: Backend::Real(real),
+    };
+    let nodes: Api<Node> = Api::all(cluster.client().unwrap());
+    super::sandbox::eventually(60, "both simulated nodes to be Ready", || async {
+        for n in NODES {
+            let node = nodes.get_opt(n).await.ok()??;
+            let ready = node
+                .status?
+                .conditions?
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            if !ready {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
+    cluster
+}
