@@ -342,6 +342,31 @@ async fn a_cleared_claim_ref_and_a_re_created_claim_destroy_nothing() {
     )
     .await
     .unwrap();
+    let untouched = || async {
+        let pv = pvs.get(&pv_name).await.unwrap();
+        assert!(
+            pv.metadata.deletion_timestamp.is_none(),
+            "the PV was deleted"
+        );
+        assert!(
+            deprovision_jobs(&jobs(&sb).await).is_empty(),
+            "a deprovision Job was started for a volume nobody released"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.join("data.txt")).unwrap(),
+            "user data"
+        );
+        pv
+    };
+    for _ in 0..10 {
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        untouched().await;
+    }
+    // Kubernetes' PV controller binds a volume whose claim still names it back to that
+    // claim: the claim keeps its volume, and deleting it later is an ordinary release.
+    if untouched().await.spec.unwrap().claim_ref.is_some() {
+        return;
+    }
     delete_claim_and_pod(&sb, "data").await;
     let claims = Api::<PersistentVolumeClaim>::namespaced(sb.client().unwrap(), "default");
     eventually(10, "the old claim to be gone", || async {
@@ -370,18 +395,6 @@ async fn a_cleared_claim_ref_and_a_re_created_claim_destroy_nothing() {
     .await;
     for _ in 0..30 {
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-        let pv = pvs.get(&pv_name).await.unwrap();
-        assert!(
-            pv.metadata.deletion_timestamp.is_none(),
-            "the PV was deleted"
-        );
-        assert!(
-            deprovision_jobs(&jobs(&sb).await).is_empty(),
-            "a deprovision Job was started for a volume nobody released"
-        );
-        assert_eq!(
-            std::fs::read_to_string(dir.join("data.txt")).unwrap(),
-            "user data"
-        );
+        untouched().await;
     }
 }
