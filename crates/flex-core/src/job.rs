@@ -212,6 +212,10 @@ pub fn provision_job(cx: ProvisionContext<'_>, attempt: u32, ttl_seconds: i32) -
         crate::names::ANN_DEPROVISION_SPEC.to_owned(),
         serde_json::to_string(&deprovision).unwrap_or_default(),
     );
+    annotations.insert(
+        crate::names::ANN_EXPAND_SPEC.to_owned(),
+        serde_json::to_string(&JobRecipe::expand(config, rendered, node)).unwrap_or_default(),
+    );
     // What a report may hold, for a claim deleted before the controller read the report
     // (plan::orphan); the class's ConfigMap may have changed by then.
     if config.provisioner.pv_creator == crate::config::PvCreator::Controller {
@@ -224,6 +228,10 @@ pub fn provision_job(cx: ProvisionContext<'_>, attempt: u32, ttl_seconds: i32) -
         annotations.insert(
             crate::names::ANN_VOLUME_SOURCES.to_owned(),
             sources.join(","),
+        );
+        annotations.insert(
+            crate::names::ANN_ALLOWED_VOLUMES.to_owned(),
+            serde_json::to_string(&config.provisioner.allowed_volumes).unwrap_or_default(),
         );
     }
     job

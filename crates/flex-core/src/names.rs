@@ -27,6 +27,9 @@ pub const ANN_PARAMETERS: &str = "flex-provisioner.io/parameters";
 /// Everything else a deprovision Job needs (command, args, placement, pod-template...), so
 /// that deprovisioning never depends on the ConfigMap still existing unchanged.
 pub const ANN_DEPROVISION_SPEC: &str = "flex-provisioner.io/deprovision-spec";
+/// The expansion recipe, rendered with the provisioning Job: the volume's record is made
+/// from what the Job was given, never from the claim as it is when the PV is verified.
+pub const ANN_EXPAND_SPEC: &str = "flex-provisioner.io/expand-spec";
 /// On a `pv-creator: controller` provisioning Job: the controller is creating (or created)
 /// the PV from its report. Written before the PV, so that a volume retained and deleted
 /// later is never created again from the same Job (plan::orphan).
@@ -35,6 +38,9 @@ pub const ANN_PV_CREATED: &str = "flex-provisioner.io/pv-created";
 pub const ANN_SOURCE_VOLUME: &str = "flex-provisioner.io/source-volume";
 /// On a `pv-creator: controller` provisioning Job: the volume source types its report may name.
 pub const ANN_VOLUME_SOURCES: &str = "flex-provisioner.io/volume-sources";
+/// On a `pv-creator: controller` provisioning Job: what its report may name
+/// (`config::AllowedVolumes` as JSON), for the same reason.
+pub const ANN_ALLOWED_VOLUMES: &str = "flex-provisioner.io/allowed-volumes";
 pub const FINALIZER_DEPROVISION: &str = "flex-provisioner.io/deprovision";
 /// On a deprovision Job: the uid of the PV it is for. A PV re-created under the same name
 /// (a wrong PV removed, then the right one) must never take an old Job's success as its own.

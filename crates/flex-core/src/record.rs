@@ -17,6 +17,9 @@ const KEY_PV_UID: &str = "pv-uid";
 const KEY_RECIPE: &str = "deprovision-spec";
 const KEY_EXPAND: &str = "expand-spec";
 const KEY_PARAMETERS: &str = "parameters";
+/// `namespace/name` of the claim the volume was verified for: where to look, before its
+/// storage is destroyed, for a claim that still names the volume.
+const KEY_CLAIM: &str = "claim";
 
 /// What a deprovision Job of one volume is made from.
 #[derive(Debug, Clone, PartialEq)]
@@ -100,6 +103,12 @@ pub fn build_record(
                 ),
                 (KEY_PARAMETERS.to_owned(), parameters_json.to_owned()),
             ]);
+            let claim_ref = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
+            if let Some((ns, n)) =
+                claim_ref.and_then(|r| Some((r.namespace.as_ref()?, r.name.as_ref()?)))
+            {
+                data.insert(KEY_CLAIM.to_owned(), format!("{ns}/{n}"));
+            }
             data
         }),
         ..Default::default()
@@ -147,7 +156,31 @@ pub fn record_from_job(
     .flatten()
 }
 
+/// The record of a verified PV, from what the provisioning Job that made it was given: its
+/// deprovision and expansion recipes and its `PARAMETERS`, rendered once with the Job. A
+/// label changed on the claim while the Job ran must not make deletion target other
+/// storage than the Job made. `None` for a Job without these annotations.
+pub fn record_from_attempt(
+    pv: &PersistentVolume,
+    job: &k8s_openapi::api::batch::v1::Job,
+) -> Option<ConfigMap> {
+    let annotations = job.metadata.annotations.as_ref()?;
+    let recipe: JobRecipe = serde_json::from_str(annotations.get(ANN_DEPROVISION_SPEC)?).ok()?;
+    let expand: Option<JobRecipe> = annotations
+        .get(crate::names::ANN_EXPAND_SPEC)
+        .and_then(|e| serde_json::from_str(e).ok());
+    let parameters = crate::job::env_of(job, "PARAMETERS")?;
+    build_record(pv, &recipe, expand.as_ref(), &parameters).map(|r| with_job_owner(r, job))
+}
+
 /// Reads a record back, provided it is ours (our label, written for this PV's name and uid).
+/// The claim (namespace, name) a record says its volume was verified for.
+pub fn record_claim(cm: &ConfigMap) -> Option<(String, String)> {
+    let text = cm.data.as_ref()?.get(KEY_CLAIM)?;
+    let (ns, name) = text.split_once('/')?;
+    Some((ns.to_owned(), name.to_owned()))
+}
+
 pub fn read_record(cm: &ConfigMap, pv: &PersistentVolume) -> Result<Record, String> {
     let labelled = cm
         .metadata

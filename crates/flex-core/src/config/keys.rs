@@ -120,6 +120,36 @@ pub const RESERVED_KEYS: &[(&str, &str, &str)] = &[
         "comma-separated volume source types a PV of this class may have (`nfs`, `iscsi`, `csi`, `local`, `hostPath`...); a report or PV with another type is refused; the node types must be listed by name",
     ),
     (
+        super::allowed::ALLOWED_PATHS,
+        "the literal `base-path` parameter, if any; else nothing",
+        "comma-separated directories a reported `hostPath` or `local` path must lie strictly below (`<prefix>/<more>`, judged segment by segment; no `.`, `..` or empty segment); without it, every such report is refused",
+    ),
+    (
+        super::allowed::ALLOWED_NFS_SERVERS,
+        "nothing",
+        "comma-separated NFS servers a reported `nfs` volume may name, compared as written; without it, every nfs report is refused",
+    ),
+    (
+        super::allowed::ALLOWED_NFS_PATHS,
+        "nothing",
+        "comma-separated exports a reported `nfs` path must lie strictly below (as `allowed-paths`); without it, every nfs report is refused",
+    ),
+    (
+        super::allowed::ALLOWED_CSI_DRIVERS,
+        "nothing",
+        "comma-separated CSI drivers a reported `csi` volume may name; without it, every csi report is refused",
+    ),
+    (
+        super::allowed::ALLOWED_PORTALS,
+        "nothing",
+        "comma-separated iSCSI portals (`host[:port]`, as the image writes them) a reported `iscsi` targetPortal and portals must be among; without it, every iscsi report is refused",
+    ),
+    (
+        super::allowed::ALLOWED_MONITORS,
+        "nothing",
+        "comma-separated Ceph monitors (`host[:port]`, as the image writes them) every monitor of a reported `rbd` or `cephfs` volume must be among; without it, every such report is refused",
+    ),
+    (
         UNSANITISED_KEY,
         "(none)",
         "comma-separated parameter keys (or `args`, `deprovision-args`) that may take a claim's labels or annotations into a path unsanitised, because the image validates them; without it that is an error",
@@ -169,6 +199,21 @@ const ALIASES: &[(&str, &str)] = &[
     ("allowedsources", "volume-sources"),
     ("datasource", "data-sources"),
     ("clonesources", "data-sources"),
+    ("allowedpath", "allowed-paths"),
+    ("allowedprefixes", "allowed-paths"),
+    ("pathprefixes", "allowed-paths"),
+    ("allowedhostpaths", "allowed-paths"),
+    ("allowedlocalpaths", "allowed-paths"),
+    ("allowedservers", "allowed-nfs-servers"),
+    ("allowednfsserver", "allowed-nfs-servers"),
+    ("allowednfsexports", "allowed-nfs-paths"),
+    ("allowedexports", "allowed-nfs-paths"),
+    ("alloweddrivers", "allowed-csi-drivers"),
+    ("allowedcsidriver", "allowed-csi-drivers"),
+    ("allowediscsiportals", "allowed-portals"),
+    ("allowedtargetportals", "allowed-portals"),
+    ("allowedcephmonitors", "allowed-monitors"),
+    ("allowedmons", "allowed-monitors"),
 ];
 
 fn normalize(key: &str) -> String {
@@ -286,6 +331,16 @@ mod tests {
             ("deprovison-image", "deprovision-image"),
             ("node_local", "node-local"),
             ("backoffLimit", "retries"),
+            ("allowed-path", "allowed-paths"),
+            ("allowedPaths", "allowed-paths"),
+            ("path-prefixes", "allowed-paths"),
+            ("allowed-nfs-server", "allowed-nfs-servers"),
+            ("allowed_nfs_paths", "allowed-nfs-paths"),
+            ("allowed-csi-driver", "allowed-csi-drivers"),
+            ("allowed-drivers", "allowed-csi-drivers"),
+            ("allowed-portal", "allowed-portals"),
+            ("allowed-monitor", "allowed-monitors"),
+            ("alowed-paths", "allowed-paths"),
         ] {
             assert_eq!(misspelt_reserved_key(typo), Some(meant), "{typo}");
         }
@@ -306,6 +361,13 @@ mod tests {
             "mode",
             "server",
             "volume-group",
+            "nfs-server",
+            "nfs-export",
+            "export-root",
+            "nfs-servers",
+            "csi-driver",
+            "portal",
+            "monitors",
         ] {
             assert_eq!(misspelt_reserved_key(key), None, "{key}");
         }

@@ -3,6 +3,7 @@
 //! Bad configuration never produces a Job: parsing returns every problem it finds, each
 //! naming the key and the fix, and yields a configuration only when none blocks.
 
+pub mod allowed;
 mod class;
 mod discovery;
 pub mod keys;
@@ -20,6 +21,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 
+pub use allowed::AllowedVolumes;
 pub use class::{ClassConfig, StorageClassInfo};
 pub use discovery::{is_config_map_for_class, select_for_class};
 pub use options::{
@@ -81,6 +83,9 @@ pub struct ProvisionerConfig {
     pub pv_creator: PvCreator,
     /// The volume source types a PV of this class may have (`volume-sources`).
     pub volume_sources: BTreeSet<String>,
+    /// What a report of each type may name (`allowed-paths`, `allowed-nfs-servers`...), and
+    /// the namespace its secret references must name: this ConfigMap's.
+    pub allowed_volumes: AllowedVolumes,
     /// The data source kinds a claim may name (`data-sources`): `Kind` for the core group
     /// (`PersistentVolumeClaim`), `group/Kind` otherwise.
     pub data_sources: BTreeSet<String>,

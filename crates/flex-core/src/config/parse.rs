@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 
+use super::allowed::{self, AllowedVolumes, BASE_PATH_PARAMETER};
 use super::keys::{UNSANITISED_KEY, is_reserved, looks_like_secret, misspelt_reserved_key};
 use super::options::ParseOptions;
 use super::privilege::{self, ALLOW_PRIVILEGED_KEY};
@@ -296,6 +297,9 @@ impl Parser {
             max_concurrent: None,
             pv_creator: PvCreator::default(),
             volume_sources: sources::default_sources(),
+            allowed_volumes: AllowedVolumes::none(
+                cm.metadata.namespace.as_deref().unwrap_or("default"),
+            ),
             data_sources: BTreeSet::new(),
             parameters: BTreeMap::new(),
             node_users: Vec::new(),
@@ -387,6 +391,9 @@ impl Parser {
                         c.volume_sources = s;
                     }
                 }
+                _ if allowed::KEYS.contains(&key.as_str()) => {
+                    let _ = self.value(key, raw, |v| c.allowed_volumes.read(key, v));
+                }
                 _ if too_many => {}
                 _ => {
                     debug_assert!(!is_reserved(key));
@@ -400,6 +407,21 @@ impl Parser {
             }
         }
         self.problems.extend(self.unsanitised.unneeded());
+        let base_path = data.get(BASE_PATH_PARAMETER).map(String::as_str);
+        c.allowed_volumes.default_paths_from(base_path);
+        let declared: BTreeSet<&str> = allowed::KEYS
+            .iter()
+            .copied()
+            .filter(|k| data.contains_key(*k))
+            .collect();
+        self.problems.extend(allowed::problems(
+            &c.allowed_volumes,
+            c.pv_creator,
+            &c.volume_sources,
+            data.contains_key("volume-sources"),
+            &declared,
+            base_path,
+        ));
         if let Some(t) = &c.pod_template {
             for name in pod_template::env_names(t) {
                 if BUILTIN_ENV.contains(&name.as_str()) || envs.contains_key(&name) {

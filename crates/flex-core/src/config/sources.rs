@@ -3,6 +3,8 @@
 
 use std::collections::BTreeSet;
 
+use super::allowed::AllowedVolumes;
+
 /// Who creates the PersistentVolume of a claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -76,7 +78,7 @@ pub fn default_sources() -> BTreeSet<String> {
 }
 
 /// The entries of `a, b` or `[a, "b"]`, trimmed, empty ones left out.
-fn items(text: &str) -> impl Iterator<Item = &str> {
+pub(super) fn items(text: &str) -> impl Iterator<Item = &str> {
     let inner = text.trim();
     let inner = inner
         .strip_prefix('[')
@@ -148,12 +150,33 @@ pub fn sources_in(spec: &serde_json::Value) -> Vec<String> {
         .collect()
 }
 
+/// The rest of a PersistentVolume, and of its spec: what the controller takes from the claim,
+/// the class and the template, never from an image's report.
+pub const NOT_FROM_A_REPORT: &[&str] = &[
+    "accessModes",
+    "apiVersion",
+    "capacity",
+    "claimRef",
+    "kind",
+    "metadata",
+    "mountOptions",
+    "nodeAffinity",
+    "persistentVolumeReclaimPolicy",
+    "spec",
+    "status",
+    "storageClassName",
+    "volumeAttributesClassName",
+    "volumeMode",
+];
+
 /// Checks a volume source reported by an image (the termination message of its pod): a JSON
-/// object with exactly one key, a source type the class allows, whose value is an object.
-/// Returns the source as it goes into the PV's spec.
+/// object with exactly one key, a source type the class allows (`allowed`), whose value is
+/// an object inside what the class declares (`declared`, see `config::allowed`). Returns the
+/// source as it goes into the PV's spec.
 pub fn check_report(
     report: &str,
     allowed: &BTreeSet<String>,
+    declared: &AllowedVolumes,
 ) -> Result<serde_json::Map<String, serde_json::Value>, String> {
     if report.trim().is_empty() {
         return Err("it reported no volume source (its termination message is empty): with pv-creator controller the image must write one, e.g. with flex-provisioner volume create --source".into());
@@ -166,6 +189,19 @@ pub fn check_report(
     let serde_json::Value::Object(map) = value else {
         return Err("its report is not a JSON object: it must be one volume source such as {\"nfs\":{\"server\":\"…\",\"path\":\"…\"}}".into());
     };
+    // Before the count: `{"nfs": ..., "nodeAffinity": ...}` is an attempt to set what the
+    // controller owns, and says so, rather than merely "two keys".
+    let owned: Vec<&str> = map
+        .keys()
+        .map(String::as_str)
+        .filter(|k| NOT_FROM_A_REPORT.contains(k))
+        .collect();
+    if !owned.is_empty() {
+        return Err(format!(
+            "its report carries {}, which a report may not set: the PV's node affinity, capacity, access modes, reclaim policy, mount options, volume mode, claim and class come from the claim and the class, never from the image; a report holds only the volume source, such as {{\"nfs\":{{\"server\":\"…\",\"path\":\"…\"}}}}",
+            owned.join(", ")
+        ));
+    }
     if map.len() != 1 {
         let keys: Vec<&str> = map.keys().map(String::as_str).collect();
         return Err(format!(
@@ -186,9 +222,10 @@ pub fn check_report(
             allowed.iter().cloned().collect::<Vec<_>>().join(",")
         ));
     }
-    if !body.is_object() {
+    let Some(body) = body.as_object() else {
         return Err(format!("its report's `{kind}` is not a JSON object"));
-    }
+    };
+    declared.check_source(kind, body)?;
     Ok(map)
 }
 
@@ -243,29 +280,83 @@ mod tests {
     #[test]
     fn reports() {
         let nfs = BTreeSet::from(["nfs".to_owned()]);
-        assert!(check_report(r#"{"nfs":{"server":"a","path":"/x"}}"#, &nfs).is_ok());
+        let mut declared = AllowedVolumes::none("cfg");
+        declared.read("allowed-nfs-servers", "a").unwrap();
+        declared.read("allowed-nfs-paths", "/x").unwrap();
+        let check = |r: &str| check_report(r, &nfs, &declared);
+        assert!(check(r#"{"nfs":{"server":"a","path":"/x/v"}}"#).is_ok());
         assert!(
-            check_report(r#"{"nfs":{"server":"a"},"hostPath":{"path":"/"}}"#, &nfs)
+            check(r#"{"nfs":{"server":"a"},"hostPath":{"path":"/"}}"#)
                 .unwrap_err()
                 .contains("exactly one")
         );
         assert!(
-            check_report(r#"{"hostPath":{"path":"/"}}"#, &nfs)
+            check(r#"{"hostPath":{"path":"/"}}"#)
                 .unwrap_err()
                 .contains("does not allow")
         );
-        assert!(check_report("{nfs", &nfs).unwrap_err().contains("not JSON"));
+        assert!(check("{nfs").unwrap_err().contains("not JSON"));
+        assert!(check(" ").unwrap_err().contains("no volume source"));
+        assert!(check("[1]").unwrap_err().contains("object"));
         assert!(
-            check_report(" ", &nfs)
+            check(r#"{"flocker":{}}"#)
                 .unwrap_err()
-                .contains("no volume source")
+                .contains("does not allow")
         );
-        assert!(check_report("[1]", &nfs).unwrap_err().contains("object"));
         assert!(
-            check_report(r#"{"spec":{}}"#, &nfs)
+            check(r#"{"disk":{}}"#)
                 .unwrap_err()
                 .contains("not a PersistentVolume source")
         );
-        assert!(check_report(r#"{"nfs":"x"}"#, &nfs).is_err());
+        assert!(check(r#"{"nfs":"x"}"#).is_err());
+        // Inside the type, the declarations decide (config::allowed has every rule).
+        assert!(
+            check(r#"{"nfs":{"server":"b","path":"/x/v"}}"#)
+                .unwrap_err()
+                .contains("which is not in allowed-nfs-servers (a)")
+        );
+    }
+
+    /// The PV's node affinity, capacity, modes, reclaim policy, mount options, volume mode,
+    /// claim and class are the controller's: a report naming any of them is refused for
+    /// that, alone or beside a source (before, two keys were refused as "two keys" and a
+    /// lone `nodeAffinity` as "not a source type": right, but not saying why).
+    #[test]
+    fn a_report_carries_only_the_volume_source() {
+        let nfs = BTreeSet::from(["nfs".to_owned()]);
+        let mut declared = AllowedVolumes::none("cfg");
+        declared.read("allowed-nfs-servers", "a").unwrap();
+        declared.read("allowed-nfs-paths", "/x").unwrap();
+        let source = r#""nfs":{"server":"a","path":"/x/v"}"#;
+        for field in NOT_FROM_A_REPORT {
+            for report in [
+                format!(r#"{{{source},"{field}":{{}}}}"#),
+                format!(r#"{{"{field}":{{}}}}"#),
+            ] {
+                let e = check_report(&report, &nfs, &declared).unwrap_err();
+                assert!(
+                    e.starts_with(&format!(
+                        "its report carries {field}, which a report may not set"
+                    )),
+                    "{report}: {e}"
+                );
+            }
+        }
+        let e = check_report(
+            r#"{"nfs":{"server":"a","path":"/x/v"},"nodeAffinity":{"required":{}},"capacity":{"storage":"1Pi"}}"#,
+            &nfs,
+            &declared,
+        )
+        .unwrap_err();
+        assert!(e.contains("carries capacity, nodeAffinity,"), "{e}");
+        assert!(e.contains("never from the image"), "{e}");
+        // A whole PV is refused the same way.
+        let e = check_report(
+            r#"{"apiVersion":"v1","kind":"PersistentVolume","spec":{"nfs":{}}}"#,
+            &nfs,
+            &declared,
+        )
+        .unwrap_err();
+        assert!(e.contains("carries apiVersion, kind, spec"), "{e}");
     }
 }

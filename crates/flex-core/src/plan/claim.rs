@@ -107,7 +107,9 @@ pub enum Step {
     /// The claim is bound to its PV, but the PV does not verify (an image-mode PV the PV
     /// controller bound before the controller could judge it): nothing is run from it, and
     /// the notices are told on the PV as well as on the claim.
-    BoundToUnverified { pv: Box<k8s_openapi::api::core::v1::ObjectReference> },
+    BoundToUnverified {
+        pv: Box<k8s_openapi::api::core::v1::ObjectReference>,
+    },
     /// The PV our image made is wrong for this claim: delete it (provided it still has this
     /// uid), then the next attempt starts.
     RemoveWrongPv { uid: String },
@@ -165,7 +167,7 @@ pub fn inputs_hash(config: &ClassConfig, claim: &ClaimRequest) -> String {
     let c = &config.class;
     let parameters: std::collections::BTreeMap<&String, &String> =
         p.parameters.iter().map(|(k, v)| (k, &v.template)).collect();
-    let canonical = serde_json::json!({
+    let mut canonical = serde_json::json!({
         "form": INPUTS_FORM,
         "config": {
             "image": p.image, "serviceAccount": p.service_account, "nodeSelector": p.node_selector,
@@ -185,6 +187,11 @@ pub fn inputs_hash(config: &ClassConfig, claim: &ClaimRequest) -> String {
             "annotations": user_annotations,
         },
     });
+    // Only when the ConfigMap declares any: the digest of a class without declarations
+    // stays what it was before they existed (see the test of a fixed digest).
+    if let Some(declared) = p.allowed_volumes.declared() {
+        canonical["config"]["allowedVolumes"] = declared;
+    }
     let digest = sha2::Sha256::digest(canonical.to_string().as_bytes());
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
     format!("{INPUTS_FORM}-{hex}")
@@ -336,6 +343,32 @@ fn completion_of(job: &Job) -> Option<jiff::Timestamp> {
         .map(|t| t.0)
 }
 
+/// The most attempts a claim's annotation may record: years of retries at the backoff's
+/// cap. Anything larger was not written by the provisioner.
+const MOST_RECORDED_ATTEMPTS: u32 = 1_000_000;
+
+/// The attempt number recorded on the claim (0: none), and the annotation's text when it is
+/// not one the provisioner could have written and is ignored. The claim's author can write
+/// the annotation too: the provisioner writes it only for a Job of its own that is about to
+/// expire (so never above the claim's latest Job while one exists), as digits.
+fn recorded_attempt(
+    claim: &PersistentVolumeClaim,
+    latest_job: Option<u32>,
+) -> (u32, Option<String>) {
+    let Some(text) = annotation(claim, ANN_ATTEMPT) else {
+        return (0, None);
+    };
+    let valid = text
+        .parse::<u32>()
+        .ok()
+        .filter(|n| *n <= MOST_RECORDED_ATTEMPTS && latest_job.is_none_or(|l| *n <= l))
+        .filter(|_| text.bytes().all(|b| b.is_ascii_digit()));
+    match valid {
+        Some(n) => (n, None),
+        None => (0, Some(text.chars().take(64).collect())),
+    }
+}
+
 pub fn plan_claim(i: &ClaimInputs<'_>) -> Plan {
     plan_claim_with(i, None)
 }
@@ -416,19 +449,38 @@ pub fn plan_claim_with(
     let deprovision = JobRecipe::deprovision(config, &rendered, i.node);
     let expand = JobRecipe::expand(config, &rendered, i.node);
     let latest_job = i.jobs.iter().copied().max_by_key(|j| attempt_of(j));
+    // What the Job that made the volume was given; rendered afresh only for a Job made
+    // before Jobs carried it.
     let record_for = |pv: &PersistentVolume| {
-        crate::record::build_record(pv, &deprovision, Some(&expand), &rendered.parameters_json())
-            .map(|r| match latest_job {
-                Some(j) => crate::record::with_job_owner(r, j),
-                None => r,
+        latest_job
+            .and_then(|j| crate::record::record_from_attempt(pv, j))
+            .or_else(|| {
+                crate::record::build_record(
+                    pv,
+                    &deprovision,
+                    Some(&expand),
+                    &rendered.parameters_json(),
+                )
+                .map(|r| match latest_job {
+                    Some(j) => crate::record::with_job_owner(r, j),
+                    None => r,
+                })
             })
             .map(Box::new)
     };
     let by_controller = config.provisioner.pv_creator == PvCreator::Controller;
     let latest = i.jobs.iter().copied().max_by_key(|j| attempt_of(j));
-    let on_claim: u32 = annotation(i.claim, ANN_ATTEMPT)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(0);
+    let (on_claim, forged) = recorded_attempt(i.claim, latest.map(attempt_of));
+    if let Some(text) = forged {
+        notices.push(
+            Notice::warning(
+                format!("attempt-ignored/{}", short_hash(&text)),
+                reasons::FAILED,
+                format!("the claim's annotation {ANN_ATTEMPT}: {text:?} is not an attempt number the provisioner recorded; it is ignored"),
+            )
+            .action("Validate"),
+        );
+    }
     let recorded = on_claim.max(i.created_attempt.unwrap_or(0));
     // An attempt created here that is newer than any Job we see: not in our cache yet.
     let catching_up = latest.is_some_and(|j| attempt_of(j) < recorded);
@@ -437,9 +489,10 @@ pub fn plan_claim_with(
     let report = latest
         .filter(|_| by_controller)
         .and_then(|j| report_of(j, &i.pods));
-    let reported = report
-        .as_deref()
-        .and_then(|r| check_report(r, &config.provisioner.volume_sources).ok());
+    let reported = report.as_deref().and_then(|r| {
+        let p = &config.provisioner;
+        check_report(r, &p.volume_sources, &p.allowed_volumes).ok()
+    });
     let expected = Expected {
         sources: &config.provisioner.volume_sources,
         reported: reported.as_ref(),
@@ -625,7 +678,7 @@ pub fn plan_claim_with(
         // cleaned up by its TTL (the next attempt follows it), or it is not in the cache yet
         // after a restart. Creating an attempt's Job again is safe: an existing one is
         // adopted.
-        return start(if on_claim == 0 { 1 } else { on_claim + 1 }, notices);
+        return start(on_claim.saturating_add(1), notices);
     };
     if catching_up {
         return plan(Step::Running { attempt: recorded }, notices);
@@ -643,7 +696,8 @@ pub fn plan_claim_with(
             let at = completion_of(job);
             match report.as_deref() {
                 Some(raw) => {
-                    match check_report(raw, &config.provisioner.volume_sources)
+                    let p = &config.provisioner;
+                    match check_report(raw, &p.volume_sources, &p.allowed_volumes)
                         .and_then(|source| pv_with_source(&template, &source))
                     {
                         Ok(pv) => return plan(Step::CreatePv { pv: Box::new(pv) }, notices),
@@ -729,7 +783,7 @@ pub fn plan_claim_with(
     }
     if permanent || out_of_attempts {
         // The claim or configuration changed since: a fresh try.
-        return start(attempt + 1, notices);
+        return start(attempt.saturating_add(1), notices);
     }
     let wait = delay_after(attempt, i.retry_base);
     let remaining = wait_remaining(attempt, i.retry_base, at, i.now);
@@ -739,7 +793,7 @@ pub fn plan_claim_with(
             reasons::FAILED,
             format!(
                 "attempt {attempt} failed: {message}; attempt {} starts in {}s",
-                attempt + 1,
+                attempt.saturating_add(1),
                 wait.as_secs()
             ),
         )
@@ -747,7 +801,7 @@ pub fn plan_claim_with(
         .action("Retry"),
     );
     if remaining.is_zero() {
-        let next = start(attempt + 1, notices);
+        let next = start(attempt.saturating_add(1), notices);
         // Held back (max-concurrent, a data source not usable yet): if the failed Job
         // expires meanwhile, its number must not be lost with it.
         let held = !matches!(next.step, Step::Start { .. });
@@ -773,7 +827,7 @@ pub fn plan_claim_with(
     }
     plan(
         Step::Backoff {
-            next_attempt: attempt + 1,
+            next_attempt: attempt.saturating_add(1),
             wait: remaining,
         },
         notices,

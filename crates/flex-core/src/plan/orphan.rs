@@ -7,10 +7,10 @@
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
 
-use crate::config::PvCreator;
 use crate::config::sources::{check_report, volume_sources};
+use crate::config::{AllowedVolumes, PvCreator};
 use crate::job::{JobOutcome, env_of, outcome, report_of};
-use crate::names::{ANN_PV_CREATED, ANN_VOLUME_SOURCES, LABEL_ACTION};
+use crate::names::{ANN_ALLOWED_VOLUMES, ANN_PV_CREATED, ANN_VOLUME_SOURCES, LABEL_ACTION};
 use crate::volume::pv_with_source;
 
 /// What the API server says about the Job's claim and volume, read just before deciding.
@@ -89,15 +89,26 @@ pub fn plan_orphan(job: &Job, pods: &[&Pod], confirmed: Confirmed) -> OrphanStep
     let Some(report) = report_of(job, pods) else {
         return OrphanStep::AwaitReport;
     };
-    let allowed = job
-        .metadata
-        .annotations
-        .as_ref()
+    let annotations = job.metadata.annotations.as_ref();
+    let allowed = annotations
         .and_then(|a| a.get(ANN_VOLUME_SOURCES))
         .map(|s| volume_sources(s))
         .unwrap_or_else(|| Err("the Job names no volume sources".into()));
+    // What the class declared when the Job was made; a Job without it (made before
+    // declarations existed) declares nothing, so only types that need none are accepted.
+    let namespace = job.metadata.namespace.as_deref().unwrap_or_default();
+    let declared = match annotations.and_then(|a| a.get(ANN_ALLOWED_VOLUMES)) {
+        None => Ok(AllowedVolumes::none(namespace)),
+        Some(text) => serde_json::from_str::<AllowedVolumes>(text)
+            .map(|d| AllowedVolumes {
+                // The Job runs in its ConfigMap's namespace: the config namespace.
+                secret_namespace: namespace.to_owned(),
+                ..d
+            })
+            .map_err(|e| format!("the Job's annotation {ANN_ALLOWED_VOLUMES} is unreadable ({e})")),
+    };
     match allowed
-        .and_then(|allowed| check_report(&report, &allowed))
+        .and_then(|allowed| check_report(&report, &allowed, &declared?))
         .and_then(|source| pv_with_source(&template, &source))
     {
         Ok(pv) => OrphanStep::CreatePv(Box::new(pv)),

@@ -67,7 +67,25 @@ pub fn render_files(input: &RenderInput) -> Result<String, Error> {
     out.push_str(&to_yaml(&job)?);
     out.push_str("# The PV template its pod receives in PV_TEMPLATE (the image adds the volume source)\n---\n");
     out.push_str(&to_yaml(&pv)?);
+    out.push_str(&accepted(&cm, &input.provisioner_name));
     Ok(out)
+}
+
+/// What the class accepts from its image (volume types, the `allowed-*` keys, the secret
+/// rule), as YAML comments after the objects, so the output still applies as it is.
+fn accepted(cm: &ConfigMap, provisioner_name: &str) -> String {
+    // Parsed once more: `render_objects` already refused a configuration with errors.
+    let Verdict::Checked {
+        config: Some(c), ..
+    } = parse_config_map(cm, provisioner_name)
+    else {
+        return String::new();
+    };
+    let mut out = String::from("# What this class accepts from its image\n");
+    for line in c.allowed_volumes.describe(c.pv_creator, &c.volume_sources) {
+        out.push_str(&format!("#   {line}\n"));
+    }
+    out
 }
 
 fn to_yaml<T: serde::Serialize>(value: &T) -> Result<String, Error> {

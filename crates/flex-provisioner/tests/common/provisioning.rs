@@ -231,6 +231,10 @@ pub async fn class(sb: &Cluster, name: &str, binding: &str, image: &str, extra: 
     // Test images report hostPath sources; the ones that write the PV themselves (kubectl)
     // or make none run in image mode, as deploy/'s image account.
     let mut data = json!({"image": image, "retries": "0", "volume-sources": "hostPath"});
+    if !IMAGE_MODE.contains(&image) {
+        // What the test images report: volumes under /volumes (and /slow).
+        json_patch::merge(&mut data, &json!({"allowed-paths": "/volumes,/slow"}));
+    }
     if IMAGE_MODE.contains(&image) {
         json_patch::merge(
             &mut data,
@@ -496,7 +500,10 @@ async fn cluster_with(
         images_dir: write_images(),
         image_map: provisioner_images.into_iter().collect(),
         pod_backoff: Duration::from_millis(100),
-        nodes: super::cluster::NODES.iter().map(|n| n.to_string()).collect(),
+        nodes: super::cluster::NODES
+            .iter()
+            .map(|n| n.to_string())
+            .collect(),
         extra_path: vec![binary_dir()],
         auth: true,
         ..Default::default()
@@ -545,11 +552,12 @@ async fn cluster_with(
 async fn policy_in_force(cluster: &Cluster) {
     let image = client_as(cluster.config(), NS, IMAGE_ACCOUNT).await;
     let pvs: Api<PersistentVolume> = Api::all(image);
-    let probe: PersistentVolume = serde_json::from_value(json!({"metadata": {"name": "policy-probe"},
+    let probe: PersistentVolume =
+        serde_json::from_value(json!({"metadata": {"name": "policy-probe"},
         "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
                  "hostPath": {"path": "/volumes/probe"},
                  "claimRef": {"namespace": "default", "name": "x", "uid": "not-the-name"}}}))
-    .unwrap();
+        .unwrap();
     let dry_run = PostParams {
         dry_run: true,
         ..Default::default()
@@ -645,10 +653,11 @@ pub async fn with_examples_on(sb: Cluster, files: &[&str]) -> (Cluster, JoinHand
     let files: Vec<PathBuf> = files.iter().map(PathBuf::from).collect();
     // The examples whose Jobs mount node paths say to allow privileged pods in the config
     // namespace; an admin following them does.
-    if files
-        .iter()
-        .any(|f| std::fs::read_to_string(f).unwrap_or_default().contains("enforce=privileged"))
-    {
+    if files.iter().any(|f| {
+        std::fs::read_to_string(f)
+            .unwrap_or_default()
+            .contains("enforce=privileged")
+    }) {
         allow_privileged_jobs(&sb).await;
     }
     for line in sb.apply_files(&files) {

@@ -742,6 +742,11 @@ fn the_inputs_hash_is_a_versioned_sha256_of_a_canonical_form() {
             json!({"export": "/x/{{claim.name}}", "volume-sources": "nfs"}),
             "Immediate",
         ),
+        // A declaration re-opens a claim whose report it refused.
+        config(
+            json!({"export": "/x/{{claim.name}}", "allowed-nfs-servers": "s"}),
+            "Immediate",
+        ),
     ] {
         assert_ne!(h, inputs_hash(&other, &req));
     }
@@ -766,7 +771,10 @@ fn succeeded_pod(job_uid: &str, message: &str) -> Pod {
 
 #[test]
 fn the_controller_creates_the_pv_from_a_valid_report_only() {
-    let cfg = config(json!({}), "Immediate");
+    let cfg = config(
+        json!({"allowed-nfs-servers": "s", "allowed-nfs-paths": "/e"}),
+        "Immediate",
+    );
     let done = |pods: Vec<Pod>, now: &'static str| Case {
         jobs: vec![job(1, complete("2026-01-01T00:00:04Z"), "h1")],
         pods,
@@ -804,9 +812,25 @@ fn the_controller_creates_the_pv_from_a_valid_report_only() {
         ("", "reported no volume source"),
         (
             r#"{"claimRef":{"uid":"other"}}"#,
-            "not a PersistentVolume source",
+            "its report carries claimRef, which a report may not set",
         ),
-        (r#"{"nfs":{"server":7}}"#, "not make a valid PV"),
+        (
+            r#"{"nfs":{"server":"s","path":"/e/a"},"nodeAffinity":{}}"#,
+            "its report carries nodeAffinity, which a report may not set",
+        ),
+        // Outside what the class declares: refused for good, naming the key to change.
+        (
+            r#"{"nfs":{"server":"other","path":"/e/a"}}"#,
+            "it reported nfs server other, which is not in allowed-nfs-servers (s)",
+        ),
+        (
+            r#"{"nfs":{"server":"s","path":"/e/../etc"}}"#,
+            "it reported nfs path /e/../etc, which is not below allowed-nfs-paths (/e)",
+        ),
+        (
+            r#"{"nfs":{"server":"s","path":"/e/a","readOnly":"yes"}}"#,
+            "not make a valid PV",
+        ),
     ] {
         let p = run(&done(
             vec![succeeded_pod("j1", report)],
@@ -836,7 +860,10 @@ fn the_controller_creates_the_pv_from_a_valid_report_only() {
 
 #[test]
 fn a_pv_is_verified_against_the_allowed_sources_and_the_report() {
-    let cfg = config(json!({}), "Immediate");
+    let cfg = config(
+        json!({"allowed-nfs-servers": "s", "allowed-nfs-paths": "/e"}),
+        "Immediate",
+    );
     let with = |pv: PersistentVolume, pods: Vec<Pod>| Case {
         jobs: vec![job(1, complete("2026-01-01T00:00:04Z"), "h1")],
         pv: Some(pv),
@@ -963,7 +990,8 @@ fn a_wrong_image_pv_that_got_bound_is_reported_and_never_adopted() {
         json!({"pv-creator": "image", "volume-sources": "nfs"}),
         "Immediate",
     );
-    let bound = claim(json!({"spec": {"volumeName": format!("pvc-{UID}")}, "status": {"phase": "Bound"}}));
+    let bound =
+        claim(json!({"spec": {"volumeName": format!("pvc-{UID}")}, "status": {"phase": "Bound"}}));
     let mut wrong = pv(UID);
     wrong.spec.as_mut().unwrap().nfs = None;
     wrong.spec.as_mut().unwrap().host_path =
@@ -997,4 +1025,83 @@ fn a_wrong_image_pv_that_got_bound_is_reported_and_never_adopted() {
         ..case(&image_mode)
     };
     assert!(matches!(run(&c).step, Step::Provisioned { .. }));
+}
+
+/// The attempt annotation is the claim author's to write too: a number the provisioner
+/// could not have recorded (above the claim's latest Job, beyond any real count, not plain
+/// digits) is ignored with a warning, and no number overflows.
+#[test]
+fn an_attempt_number_the_provisioner_did_not_record_is_ignored() {
+    let cfg = config(json!({}), "Immediate");
+    for forged in ["4000000000", "4294967295", "+3", "1e3", "-1"] {
+        let c = Case {
+            claim: claim(json!({"metadata": {"annotations": {ANN_ATTEMPT: forged}}})),
+            ..case(&cfg)
+        };
+        let p = run(&c);
+        assert_eq!(starts(&p), Some(1), "{forged}: {:?}", p.step);
+        assert!(
+            p.notices
+                .iter()
+                .any(|n| n.warning && n.message.contains("is ignored")),
+            "{forged}: {:?}",
+            p.notices
+        );
+    }
+    // While Jobs exist, a number above the latest one is not the provisioner's either.
+    let c = Case {
+        claim: claim(json!({"metadata": {"annotations": {ANN_ATTEMPT: "9"}}})),
+        jobs: vec![job(2, json!({}), "h1")],
+        ..case(&cfg)
+    };
+    assert_eq!(run(&c).step, Step::Running { attempt: 2 });
+    // What the provisioner writes is honoured.
+    let c = Case {
+        claim: claim(json!({"metadata": {"annotations": {ANN_ATTEMPT: "3"}}})),
+        ..case(&cfg)
+    };
+    let p = run(&c);
+    assert_eq!(starts(&p), Some(4));
+    assert!(p.notices.iter().all(|n| !n.message.contains("is ignored")));
+}
+
+/// The volume's record holds what its Job was given, rendered once with the Job: a claim
+/// label changed while the Job ran (`team: alpha` to `beta`) does not make deletion target
+/// other storage than the Job made.
+#[test]
+fn the_record_holds_what_the_job_was_given() {
+    let cfg = config(
+        json!({"dir": "/v/{{dnslabel claim.labels.team}}"}),
+        "Immediate",
+    );
+    let recipe = json!({"namespace": "ns", "config": "ns/c", "image": "img:1",
+        "timeoutSeconds": 60, "retries": 0, "permanentExitCodes": []});
+    let mut made = job(1, complete("2026-01-01T00:00:04Z"), "h1");
+    let annotations = made.metadata.annotations.as_mut().unwrap();
+    annotations.insert(
+        crate::names::ANN_DEPROVISION_SPEC.into(),
+        recipe.to_string(),
+    );
+    annotations.insert(crate::names::ANN_EXPAND_SPEC.into(), recipe.to_string());
+    made.spec = Some(
+        serde_json::from_value(
+            json!({"template": {"spec": {"containers": [{"name": "provisioner",
+            "env": [{"name": "PARAMETERS", "value": "{\"dir\":\"/v/alpha\"}"}]}]}}}),
+        )
+        .unwrap(),
+    );
+    let c = Case {
+        claim: claim(json!({"metadata": {"labels": {"team": "beta"}}})),
+        jobs: vec![made],
+        pv: Some(pv(UID)),
+        ..case(&cfg)
+    };
+    let p = run(&c);
+    let Step::Provisioned { record, .. } = &p.step else {
+        panic!("{:?}", p.step)
+    };
+    let data = record.as_ref().unwrap().data.clone().unwrap();
+    assert_eq!(data["parameters"], "{\"dir\":\"/v/alpha\"}");
+    assert!(data.contains_key("expand-spec"));
+    assert_eq!(data["claim"], "a/data");
 }

@@ -17,6 +17,10 @@ fn job(creator: &str, reclaim: &str, sources: Option<&str>) -> Job {
     let mut annotations = json!({});
     if let Some(s) = sources {
         annotations[ANN_VOLUME_SOURCES] = json!(s);
+        annotations[ANN_ALLOWED_VOLUMES] = json!(
+            json!({"nfsServers": ["10.0.0.5"], "nfsPaths": ["/exports"], "secretNamespace": "cfg"})
+                .to_string()
+        );
     }
     serde_json::from_value(json!({
         "metadata": {"name": "provision-u1", "namespace": "cfg", "uid": "j1",
@@ -130,5 +134,63 @@ fn a_missing_report_is_awaited_and_a_bad_one_refused() {
     assert!(matches!(
         plan_orphan(&bare, &[&p], CONFIRMED),
         OrphanStep::BadReport(_)
+    ));
+}
+
+/// The orphan's PV is deprovisioned: made from a report outside what the class declared
+/// when the Job was made (`local: /`, another server), it would hand the deprovision image a
+/// volume that is not the class's. Refused, as a report of a live claim is.
+#[test]
+fn an_orphans_report_must_lie_inside_what_the_job_declared() {
+    let j = job("controller", "Delete", Some("nfs,local"));
+    for (report, says) in [
+        (r#"{"local":{"path":"/"}}"#, "declares no allowed-paths"),
+        (
+            r#"{"nfs":{"server":"10.9.9.9","path":"/exports/pvc-u1"}}"#,
+            "which is not in allowed-nfs-servers (10.0.0.5)",
+        ),
+        (
+            r#"{"nfs":{"server":"10.0.0.5","path":"/exports/../etc"}}"#,
+            "which is not below allowed-nfs-paths (/exports)",
+        ),
+    ] {
+        let OrphanStep::BadReport(why) = plan_orphan(&j, &[&pod(report)], CONFIRMED) else {
+            panic!("{report} is outside the declaration")
+        };
+        assert!(why.contains(says), "{why}");
+        assert!(why.contains("remove what the image made by hand"), "{why}");
+    }
+    // A Job made before declarations existed declares nothing: its nfs report is refused.
+    let mut older = job("controller", "Delete", Some("nfs"));
+    older
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .remove(ANN_ALLOWED_VOLUMES);
+    let OrphanStep::BadReport(why) = plan_orphan(&older, &[&pod(NFS)], CONFIRMED) else {
+        panic!("nothing declared")
+    };
+    assert!(why.contains("declares no allowed-nfs-servers"), "{why}");
+    // Secret references must name the Job's own namespace, whatever the annotation says.
+    let mut j = job("controller", "Delete", Some("csi"));
+    j.metadata.annotations.as_mut().unwrap().insert(
+        ANN_ALLOWED_VOLUMES.into(),
+        json!({"csiDrivers": ["d.example.com"], "secretNamespace": "kube-system"}).to_string(),
+    );
+    let csi = |ns: &str| {
+        pod(
+            &json!({"csi": {"driver": "d.example.com", "volumeHandle": "v",
+            "nodePublishSecretRef": {"name": "s", "namespace": ns}}})
+            .to_string(),
+        )
+    };
+    assert!(matches!(
+        plan_orphan(&j, &[&csi("kube-system")], CONFIRMED),
+        OrphanStep::BadReport(why) if why.contains("must name the config namespace cfg")
+    ));
+    assert!(matches!(
+        plan_orphan(&j, &[&csi("cfg")], CONFIRMED),
+        OrphanStep::CreatePv(_)
     ));
 }

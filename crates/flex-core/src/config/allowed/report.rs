@@ -1,0 +1,193 @@
+//! The check of one reported volume source against its class's declarations: paths below a
+//! prefix, servers, drivers, portals and monitors listed, secret references only in the
+//! config namespace. Each refusal names the ConfigMap key an admin would change.
+
+use serde_json::{Map, Value};
+
+use super::{
+    ALLOWED_CSI_DRIVERS, ALLOWED_MONITORS, ALLOWED_NFS_PATHS, ALLOWED_NFS_SERVERS, ALLOWED_PATHS,
+    ALLOWED_PORTALS, AllowedVolumes, NEEDED, is_below, segments, what_key_lists,
+};
+
+/// Fields that name a credential file on the node: a report choosing one would mount with
+/// whatever key the node keeps there (an admin keyring included).
+const NODE_CREDENTIAL_FILES: &[(&str, &str)] = &[("rbd", "keyring"), ("cephfs", "secretFile")];
+
+/// How a reported value appears in a message: as written when it is plain text, quoted and
+/// escaped otherwise, and cut short (events are at most 1,000 characters).
+fn as_shown(value: &str) -> String {
+    let cut: String = value.chars().take(256).collect();
+    let cut = if cut.len() < value.len() {
+        format!("{cut}…")
+    } else {
+        cut
+    };
+    if cut.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        format!("{cut:?}")
+    } else {
+        cut
+    }
+}
+
+fn text<'a>(kind: &str, body: &'a Map<String, Value>, field: &str) -> Result<&'a str, String> {
+    match body.get(field) {
+        Some(Value::String(s)) => Ok(s),
+        None | Some(Value::Null) => Err(format!("it reported {kind} without {field}")),
+        Some(_) => Err(format!("it reported {kind} {field} that is not a string")),
+    }
+}
+
+/// A list of strings; absent is empty.
+fn strings<'a>(
+    kind: &str,
+    body: &'a Map<String, Value>,
+    field: &str,
+) -> Result<Vec<&'a str>, String> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .ok_or_else(|| format!("it reported {kind} {field} that are not strings"))
+            })
+            .collect(),
+        Some(_) => Err(format!("it reported {kind} {field} that is not a list")),
+    }
+}
+
+impl AllowedVolumes {
+    /// Checks the body of a reported `kind` source. Types without a declaration of their own
+    /// are checked for secret references only.
+    pub fn check_source(&self, kind: &str, body: &Map<String, Value>) -> Result<(), String> {
+        let needed = NEEDED
+            .iter()
+            .find(|(t, _)| *t == kind)
+            .map(|(_, keys)| *keys)
+            .unwrap_or_default();
+        if let Some(key) = needed.iter().find(|k| self.get(k).is_none()) {
+            return Err(format!(
+                "it reported a volume of type {kind}, and this class declares no {key}: an admin lists {} in {key}",
+                what_key_lists(key)
+            ));
+        }
+        match kind {
+            "hostPath" | "local" => self.below(kind, text(kind, body, "path")?, ALLOWED_PATHS)?,
+            "nfs" => {
+                self.listed(
+                    kind,
+                    "server",
+                    text(kind, body, "server")?,
+                    ALLOWED_NFS_SERVERS,
+                )?;
+                self.below(kind, text(kind, body, "path")?, ALLOWED_NFS_PATHS)?;
+            }
+            "csi" => self.listed(
+                kind,
+                "driver",
+                text(kind, body, "driver")?,
+                ALLOWED_CSI_DRIVERS,
+            )?,
+            "iscsi" => {
+                let target = text(kind, body, "targetPortal")?;
+                for portal in std::iter::once(target).chain(strings(kind, body, "portals")?) {
+                    self.listed(kind, "portal", portal, ALLOWED_PORTALS)?;
+                }
+            }
+            "rbd" | "cephfs" => {
+                let monitors = strings(kind, body, "monitors")?;
+                if monitors.is_empty() {
+                    return Err(format!("it reported {kind} without monitors"));
+                }
+                for monitor in monitors {
+                    self.listed(kind, "monitor", monitor, ALLOWED_MONITORS)?;
+                }
+            }
+            _ => {}
+        }
+        self.secrets(kind, body)
+    }
+
+    fn listed(&self, kind: &str, what: &str, value: &str, key: &str) -> Result<(), String> {
+        if self.get(key).is_some_and(|v| v.iter().any(|a| a == value)) {
+            return Ok(());
+        }
+        Err(format!(
+            "it reported {kind} {what} {}, which is not in {key} {}",
+            as_shown(value),
+            self.shown(key)
+        ))
+    }
+
+    fn below(&self, kind: &str, path: &str, key: &str) -> Result<(), String> {
+        let prefixes = self.get(key).map(Vec::as_slice).unwrap_or_default();
+        if prefixes.iter().any(|p| is_below(path, p)) {
+            return Ok(());
+        }
+        let why = if path == "/" || prefixes.iter().any(|p| p == path || is_below(p, path)) {
+            ": a volume lies strictly below a prefix, never at it or above it"
+        } else if segments(path).is_none() {
+            ": a path that is not absolute or has a `.`, `..` or empty segment is never below a prefix"
+        } else {
+            ""
+        };
+        Err(format!(
+            "it reported {kind} path {}, which is not below {key} {}{why}",
+            as_shown(path),
+            self.shown(key)
+        ))
+    }
+
+    /// Secret references of any source (`secretRef`, csi's `*SecretRef`, azureFile's
+    /// `secretNamespace`) must name the config namespace: a Secret elsewhere (kube-system,
+    /// another tenant's namespace) is not the class's to hand out. A reference without a
+    /// namespace is refused too, since Kubernetes would read it from a namespace the image
+    /// did not name.
+    fn secrets(&self, kind: &str, body: &Map<String, Value>) -> Result<(), String> {
+        let rule = format!(
+            "a secret reference in a report must name the config namespace {}",
+            self.secret_namespace
+        );
+        for (field, value) in body {
+            let reference = field == "secretRef" || field.ends_with("SecretRef");
+            let namespace = match (reference, kind, field.as_str(), value) {
+                (_, _, _, Value::Null) => continue,
+                (true, _, _, Value::Object(r)) => r.get("namespace"),
+                (true, _, _, _) => {
+                    return Err(format!("it reported {kind} {field} that is not an object"));
+                }
+                (false, "azureFile", "secretNamespace", v) => Some(v),
+                _ => continue,
+            };
+            match namespace {
+                Some(Value::String(ns)) if *ns == self.secret_namespace => {}
+                Some(Value::String(ns)) if !ns.is_empty() => {
+                    return Err(format!(
+                        "it reported {kind} {field} in namespace {}; {rule}",
+                        as_shown(ns)
+                    ));
+                }
+                _ => {
+                    return Err(format!(
+                        "it reported {kind} {field} without a namespace; {rule}"
+                    ));
+                }
+            }
+        }
+        if kind == "azureFile" && body.get("secretNamespace").is_none_or(Value::is_null) {
+            return Err(format!(
+                "it reported {kind} without secretNamespace; {rule}"
+            ));
+        }
+        for (_, field) in NODE_CREDENTIAL_FILES.iter().filter(|(t, _)| *t == kind) {
+            if let Some(v) = body.get(*field).filter(|v| !v.is_null()) {
+                let file = v.as_str().map(as_shown).unwrap_or_else(|| v.to_string());
+                return Err(format!(
+                    "it reported {kind} {field} {file}, a credential file on the node, which a report may not name: use secretRef, with a Secret in the config namespace {}",
+                    self.secret_namespace
+                ));
+            }
+        }
+        Ok(())
+    }
+}
