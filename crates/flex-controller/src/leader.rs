@@ -184,8 +184,7 @@ pub async fn check_namespace(client: &Client, o: &LeaderOptions) -> crate::Resul
     match api.create(&dry_run, &probe).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s))
-            if s.code == 404
-                && s.details.as_ref().is_some_and(|d| d.kind == "namespaces") =>
+            if s.code == 404 && s.details.as_ref().is_some_and(|d| d.kind == "namespaces") =>
         {
             Err(crate::Error::LeaseNamespaceMissing {
                 namespace: o.namespace.clone(),

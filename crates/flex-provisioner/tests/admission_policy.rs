@@ -109,7 +109,10 @@ async fn the_policy_lets_an_image_account_create_only_its_claims_volume() {
     let mut misnamed = image_pv(&claim, inside.clone(), json!({}));
     misnamed.metadata.name = Some("pvc-someone-else".into());
     let (_, text) = refused(pvs.create(&PostParams::default(), &misnamed).await);
-    assert!(text.contains("must be named pvc-<spec.claimRef.uid>"), "{text}");
+    assert!(
+        text.contains("must be named pvc-<spec.claimRef.uid>"),
+        "{text}"
+    );
 
     // The original proposal's PV, with no provisioned-by, and one with ours: created.
     let seed = fresh_claim().await;
@@ -138,7 +141,11 @@ async fn the_policy_lets_an_image_account_create_only_its_claims_volume() {
         "the image account deletes no PV"
     );
     // The admin is not bound by it.
-    let root_pv = image_pv(&fresh_claim().await, json!({"hostPath": {"path": "/"}}), json!({}));
+    let root_pv = image_pv(
+        &fresh_claim().await,
+        json!({"hostPath": {"path": "/"}}),
+        json!({}),
+    );
     Api::<PersistentVolume>::all(admin.clone())
         .create(&PostParams::default(), &root_pv)
         .await
@@ -179,17 +186,25 @@ async fn a_seed_style_image_pv_binds_and_gets_the_controllers_bookkeeping() {
     let bound = bound(&sb, "data", 60).await;
     let name = bound.spec.unwrap().volume_name.unwrap();
     let pvs: Api<PersistentVolume> = Api::all(sb.client().unwrap());
-    let pv = eventually(30, "the controller's bookkeeping on the image's PV", || async {
-        let pv = pvs.get(&name).await.ok()?;
-        let done = pv
-            .metadata
-            .finalizers
-            .as_ref()?
-            .contains(&"flex-provisioner.io/deprovision".to_string())
-            && pv.metadata.annotations.as_ref()?.get("pv.kubernetes.io/provisioned-by")
-                == Some(&"flex-provisioner.io/job".to_string());
-        done.then_some(pv)
-    })
+    let pv = eventually(
+        30,
+        "the controller's bookkeeping on the image's PV",
+        || async {
+            let pv = pvs.get(&name).await.ok()?;
+            let done = pv
+                .metadata
+                .finalizers
+                .as_ref()?
+                .contains(&"flex-provisioner.io/deprovision".to_string())
+                && pv
+                    .metadata
+                    .annotations
+                    .as_ref()?
+                    .get("pv.kubernetes.io/provisioned-by")
+                    == Some(&"flex-provisioner.io/job".to_string());
+            done.then_some(pv)
+        },
+    )
     .await;
     let record = format!("flex-record-{}", pv.metadata.uid.unwrap());
     eventually(30, "the volume's record", || async {
@@ -219,7 +234,12 @@ async fn a_wrong_image_pv_that_got_bound_is_reported_loudly() {
     )
     .await;
     claim(&sb, "data", "strict").await;
-    let name = bound(&sb, "data", 60).await.spec.unwrap().volume_name.unwrap();
+    let name = bound(&sb, "data", 60)
+        .await
+        .spec
+        .unwrap()
+        .volume_name
+        .unwrap();
     let m = wait_event(&sb, "data", "ProvisioningFailed", "did not verify", 60).await;
     assert!(m.contains("hostPath") && m.contains(&name), "{m}");
     let on_pv = eventually(30, "the warning on the PV", || async {
@@ -229,10 +249,16 @@ async fn a_wrong_image_pv_that_got_bound_is_reported_loudly() {
             .find(|(r, m)| r == "ProvisioningFailed" && m.contains("did not verify"))
     })
     .await;
-    assert!(on_pv.1.contains("an admin should inspect it"), "{}", on_pv.1);
+    assert!(
+        on_pv.1.contains("an admin should inspect it"),
+        "{}",
+        on_pv.1
+    );
     let metrics = http_get(addr, "/metrics").await.unwrap();
     assert!(
-        metrics.contains("controller_persistentvolumeclaim_provision_failed_total{class=\"strict\"} 1"),
+        metrics.contains(
+            "controller_persistentvolumeclaim_provision_failed_total{class=\"strict\"} 1"
+        ),
         "{metrics}"
     );
     let pv = Api::<PersistentVolume>::all(sb.client().unwrap())
@@ -251,5 +277,9 @@ async fn a_wrong_image_pv_that_got_bound_is_reported_loudly() {
         .await
         .unwrap();
     assert!(records.is_none(), "no record for an unverified PV");
-    assert_eq!(jobs_of(&sb, "provision").await.len(), 1, "no second attempt");
+    assert_eq!(
+        jobs_of(&sb, "provision").await.len(),
+        1,
+        "no second attempt"
+    );
 }

@@ -398,3 +398,80 @@ async fn a_cleared_claim_ref_and_a_re_created_claim_destroy_nothing() {
         untouched().await;
     }
 }
+
+/// A bound volume's claimRef re-pointed to another claim keeping the old uid (the usual
+/// merge patch of an admin handing a volume over), or given a uid of zeros: Kubernetes
+/// releases it, and the controller keeps the PV, its storage and its finalizer, runs
+/// nothing for a minute, and warns on the PV.
+#[tokio::test]
+async fn a_re_pointed_or_zeroed_claim_ref_destroys_nothing() {
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    hostpath_class(&sb, "kept", "Delete").await;
+    let pvs = Api::<PersistentVolume>::all(sb.client().unwrap());
+    let mut volumes = Vec::new();
+    for (claim, new_ref) in [
+        (
+            "repointed",
+            json!({"namespace": "default", "name": "someone-else"}),
+        ),
+        (
+            "zeroed",
+            json!({"uid": "00000000-0000-0000-0000-000000000000"}),
+        ),
+    ] {
+        let c = used_claim(&sb, claim, "kept").await;
+        let pv_name = c.spec.unwrap().volume_name.unwrap();
+        let dir = storage_dir(&sb, &pvs.get(&pv_name).await.unwrap());
+        std::fs::write(dir.join("data.txt"), "user data").unwrap();
+        pvs.patch(
+            &pv_name,
+            &Default::default(),
+            &kube::api::Patch::Merge(&json!({"spec": {"claimRef": new_ref}})),
+        )
+        .await
+        .unwrap();
+        volumes.push((pv_name, dir));
+    }
+    for (pv_name, _) in &volumes {
+        eventually(60, "Kubernetes to release the volume", || async {
+            let phase = pvs.get(pv_name).await.ok()?.status?.phase?;
+            (phase == "Released").then_some(())
+        })
+        .await;
+    }
+    for (pv_name, _) in &volumes {
+        let m = eventually(30, "the hand-over warning on the PV", || async {
+            events_about(&sb, pv_name)
+                .await
+                .into_iter()
+                .find(|(_, m)| m.contains("hand-over"))
+        })
+        .await;
+        assert_eq!(m.0, "VolumeFailedDelete", "{m:?}");
+    }
+    for _ in 0..60 {
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        assert!(
+            deprovision_jobs(&jobs(&sb).await).is_empty(),
+            "a deprovision Job was started for a volume handed over"
+        );
+        for (pv_name, dir) in &volumes {
+            let pv = pvs.get(pv_name).await.expect("the PV is kept");
+            assert!(
+                pv.metadata.deletion_timestamp.is_none(),
+                "{pv_name} deleted"
+            );
+            assert!(
+                pv.metadata
+                    .finalizers
+                    .unwrap_or_default()
+                    .contains(&"flex-provisioner.io/deprovision".to_string())
+            );
+            assert_eq!(
+                std::fs::read_to_string(dir.join("data.txt")).unwrap(),
+                "user data"
+            );
+        }
+    }
+}

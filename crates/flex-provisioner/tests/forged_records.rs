@@ -11,6 +11,8 @@ use k8s_openapi::api::core::v1::{Event, PersistentVolume};
 use kube::api::{Api, ListParams, Patch, PostParams};
 use serde_json::json;
 
+const DECOY: &str = "pvc-00000000-0000-0000-0000-000000000000";
+
 #[tokio::test]
 async fn a_decoy_pv_with_copied_records_never_gets_a_job() {
     let sb = sandbox().await;
@@ -40,7 +42,9 @@ async fn a_decoy_pv_with_copied_records_never_gets_a_job() {
     });
     let decoy = PersistentVolume {
         metadata: kube::api::ObjectMeta {
-            name: Some("decoy".into()),
+            // Named after its claimRef's uid, as volumes of ours are: only the missing
+            // record stops it.
+            name: Some(DECOY.into()),
             annotations: real.metadata.annotations.clone(),
             labels: real.metadata.labels.clone(),
             finalizers: real.metadata.finalizers.clone(),
@@ -53,7 +57,7 @@ async fn a_decoy_pv_with_copied_records_never_gets_a_job() {
     let events: Api<Event> = Api::all(sb.client().unwrap());
     let warning = eventually(20, "a Warning on the decoy", || async {
         events
-            .list(&ListParams::default().fields("involvedObject.name=decoy"))
+            .list(&ListParams::default().fields(&format!("involvedObject.name={DECOY}")))
             .await
             .ok()?
             .items
@@ -164,4 +168,60 @@ async fn a_recipe_rewritten_on_a_real_pv_is_ignored() {
         },
     )
     .await;
+}
+
+/// `flex-provisioner.io/deprovisioned` written on a volume in use by anyone who may update
+/// PVs: nothing changes (our finalizer stays), and once the claim is deleted the volume is
+/// deprovisioned as any other, by one Job, instead of being let go with its storage.
+#[tokio::test]
+async fn a_forged_deprovisioned_mark_changes_nothing() {
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    class(&sb, "fast", "Immediate", "make-pv", json!({})).await;
+    claim(&sb, "data", "fast").await;
+    let name = bound(&sb, "data", 30)
+        .await
+        .spec
+        .unwrap()
+        .volume_name
+        .unwrap();
+    let pvs: Api<PersistentVolume> = Api::all(sb.client().unwrap());
+    let has_finalizer = |pv: &PersistentVolume| {
+        pv.metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == "flex-provisioner.io/deprovision")
+    };
+    eventually(30, "the PV's finalizer", || async {
+        has_finalizer(&pvs.get(&name).await.ok()?).then_some(())
+    })
+    .await;
+    pvs.patch(
+        &name,
+        &Default::default(),
+        &Patch::Merge(
+            json!({"metadata": {"annotations": {"flex-provisioner.io/deprovisioned": "true"}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    for _ in 0..10 {
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        let pv = pvs.get(&name).await.expect("the PV is kept");
+        assert!(has_finalizer(&pv), "our finalizer stays");
+        assert!(pv.metadata.deletion_timestamp.is_none());
+    }
+    kube::api::Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(
+        sb.client().unwrap(),
+        "default",
+    )
+    .delete("data", &Default::default())
+    .await
+    .unwrap();
+    eventually(60, "the volume to be deprovisioned and removed", || async {
+        pvs.get_opt(&name).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    assert_eq!(jobs_of(&sb, "deprovision").await.len(), 1);
 }

@@ -10,11 +10,11 @@ use std::collections::BTreeSet;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 
+use common::cluster::Cluster;
 use common::provisioning::{
     NS, bound, claim_with_pod, sandbox_only_with, storage_dir, wait_event, with_examples_on,
 };
 use common::sandbox::eventually;
-use common::cluster::Cluster;
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
@@ -127,7 +127,9 @@ fn node_base(sb: &Cluster, node: &str) -> PathBuf {
 
 /// Where the sandbox keeps the files of nfs-subdir's example export.
 fn export_dir(sb: &Cluster) -> PathBuf {
-    sim(sb).work_dir.join("nfs/nfs.storage.example.com/exports/k8s")
+    sim(sb)
+        .work_dir
+        .join("nfs/nfs.storage.example.com/exports/k8s")
 }
 
 /// A directory outside every base, with `victim/keep` in it and `victim` at mode 0700: what
@@ -936,7 +938,11 @@ fn entrypoints_find_the_shared_library_beside_them_and_the_images_ship_it() {
 #[tokio::test]
 async fn hostpath_end_to_end_a_link_planted_in_the_base_fails_the_claim_and_touches_nothing() {
     common::at_root();
-    let (sb, _c) = with_examples_on(sandbox_only_with(|o| o).await, &["configmaps/hostpath.yaml"]).await;
+    let (sb, _c) = with_examples_on(
+        sandbox_only_with(|o| o).await,
+        &["configmaps/hostpath.yaml"],
+    )
+    .await;
     let out = outside(&sb);
     // Whichever node the claim lands on, its namespace's directory is a link out.
     for node in ["node-a", "node-b"] {
@@ -971,7 +977,11 @@ async fn jobs_of_ns(sb: &Cluster, action: &str) -> usize {
 #[tokio::test]
 async fn hostpath_end_to_end_a_volume_replaced_by_a_link_is_not_deprovisioned_through_it() {
     common::at_root();
-    let (sb, _c) = with_examples_on(sandbox_only_with(|o| o).await, &["configmaps/hostpath.yaml"]).await;
+    let (sb, _c) = with_examples_on(
+        sandbox_only_with(|o| o).await,
+        &["configmaps/hostpath.yaml"],
+    )
+    .await;
     let out = outside(&sb);
     claim_with_pod(&sb, "data", "local-hostpath", "data-user").await;
     let claim = bound(&sb, "data", 60).await;

@@ -3,11 +3,11 @@
 
 mod common;
 
+use common::cluster::Cluster;
 use common::provisioning::{
     NS, bound, claim_with_pod, local_path, storage_dir, wait_event, with_examples,
 };
 use common::sandbox::eventually;
-use common::cluster::Cluster;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams};
 use serde_json::json;

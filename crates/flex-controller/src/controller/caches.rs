@@ -75,6 +75,15 @@ impl Caches {
         c.full().map(Arc::new)
     }
 
+    /// The cached claims whose `spec.volumeName` names this PV, as (namespace, name).
+    pub fn claims_naming(&self, volume: &str) -> Vec<(String, String)> {
+        self.claims
+            .refs(&by_volume(volume))
+            .into_iter()
+            .filter_map(|r| Some((r.namespace?, r.name)))
+            .collect()
+    }
+
     /// The cached PV of this name.
     pub fn volume(&self, name: &str) -> Option<Arc<PersistentVolume>> {
         self.volumes
@@ -105,12 +114,13 @@ fn label<'a>(labels: &'a BTreeMap<String, String>, key: &str) -> Option<&'a Stri
 /// Claims are found by name (the store's key) or by class (for a change of the class or
 /// its ConfigMap); nothing else is kept per claim, since there are tens of thousands.
 pub fn claim_keys(c: &PersistentVolumeClaim) -> Vec<String> {
-    c.spec
-        .as_ref()
+    let spec = c.spec.as_ref();
+    let class = spec
         .and_then(|s| s.storage_class_name.as_deref())
-        .map(by_class)
-        .into_iter()
-        .collect()
+        .map(by_class);
+    // Which claims name a volume: before its storage is destroyed, none may.
+    let volume = spec.and_then(|s| s.volume_name.as_deref()).map(by_volume);
+    class.into_iter().chain(volume).collect()
 }
 
 pub fn job_keys(j: &Job) -> Vec<String> {
@@ -314,7 +324,7 @@ mod tests {
                    "spec": {"storageClassName": "other", "volumeName": "pv-1"},
                    "status": {"phase": "Bound"}})
         );
-        assert_eq!(claim_keys(&c), ["class/other"]);
+        assert_eq!(claim_keys(&c), ["class/other", "volume/pv-1"]);
     }
 
     #[test]

@@ -21,14 +21,56 @@ const REPORT_WAIT: Duration = Duration::from_secs(60);
 /// How many Jobs are looked into at once (each costs three reads).
 const AT_ONCE: usize = 8;
 
+/// How soon a Job waiting for its claim's deletion or its report is looked into again.
+const RECHECK: Duration = Duration::from_secs(1);
+
+/// Jobs looked into again later, and when each was first found waiting: a Job never holds
+/// one of the `AT_ONCE` slots while it waits (a user's finalizer can keep a deleted claim
+/// for as long as they like).
+#[derive(Default)]
+struct Waiting {
+    since: std::sync::Mutex<std::collections::HashMap<String, tokio::time::Instant>>,
+}
+
+impl Waiting {
+    /// When the Job was first found waiting (now, the first time).
+    fn since(&self, uid: &str) -> tokio::time::Instant {
+        let mut m = self.since.lock().unwrap_or_else(|p| p.into_inner());
+        *m.entry(uid.to_owned())
+            .or_insert_with(tokio::time::Instant::now)
+    }
+
+    fn done(&self, uid: &str) {
+        self.since
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(uid);
+    }
+}
+
 pub(super) async fn run(jobs: impl Stream<Item = Result<Job, watcher::Error>>, ctx: Arc<Context>) {
     ctx.ready().await;
-    jobs.filter_map(|j| async move { j.ok() })
+    let waiting = Arc::new(Waiting::default());
+    let (again_tx, again_rx) = futures::channel::mpsc::unbounded::<Job>();
+    let jobs = jobs.filter_map(|j| async move { j.ok() });
+    futures::stream::select(jobs, again_rx)
         .for_each_concurrent(AT_ONCE, |job| {
-            let ctx = ctx.clone();
+            let (ctx, waiting, again) = (ctx.clone(), waiting.clone(), again_tx.clone());
             async move {
-                if let Err(e) = look_into(&ctx, &job).await {
-                    tracing::debug!(job = %job.name_any(), error = %e, "orphaned Job not handled yet; the next change of it retries");
+                let uid = job.uid().unwrap_or_default();
+                match look_into(&ctx, &job, waiting.since(&uid)).await {
+                    Ok(Some(wait)) => {
+                        // Off the slot: the Job comes back through the stream.
+                        tokio::spawn(async move {
+                            tokio::time::sleep(wait).await;
+                            let _ = again.unbounded_send(job);
+                        });
+                    }
+                    Ok(None) => waiting.done(&uid),
+                    Err(e) => {
+                        waiting.done(&uid);
+                        tracing::debug!(job = %job.name_any(), error = %e, "orphaned Job not handled yet; the next change of it retries");
+                    }
                 }
             }
         })
@@ -36,30 +78,31 @@ pub(super) async fn run(jobs: impl Stream<Item = Result<Job, watcher::Error>>, c
 }
 
 /// Cheap on the cache first: only a candidate whose claim and PV the cache does not show
-/// costs reads.
-async fn look_into(ctx: &Context, job: &Job) -> crate::Result<()> {
+/// costs reads. `Some(wait)`: look into it again after `wait` (its claim is still being
+/// deleted, or its report is not in the pod cache yet), within `REPORT_WAIT` of `since`.
+async fn look_into(
+    ctx: &Context,
+    job: &Job,
+    since: tokio::time::Instant,
+) -> crate::Result<Option<Duration>> {
     let label = |k: &str| job.labels().get(k).cloned().unwrap_or_default();
     let (claim_uid, volume) = (label(LABEL_CLAIM_UID), label(LABEL_VOLUME));
     if claim_uid.is_empty() || volume.is_empty() || !is_candidate(job) {
-        return Ok(());
+        return Ok(None);
     }
-    let started = tokio::time::Instant::now();
-    // A claim still shown, but being deleted, is waited out: the Job's next event may be
-    // its removal, long after its pod (and report) is gone.
-    loop {
-        // The Job names its claim; the one cached under that name counts only with the uid.
-        let claim = super::claim_ref_of(job.meta().annotations.as_ref())
-            .and_then(|r| ctx.caches.claim(r.namespace.as_deref()?, &r.name))
-            .filter(|c| c.uid().as_deref() == Some(claim_uid.as_str()));
-        match claim {
-            None => break,
-            Some(c)
-                if c.metadata.deletion_timestamp.is_some() && started.elapsed() < REPORT_WAIT =>
-            {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-            Some(_) => return Ok(()),
+    let in_time = since.elapsed() < REPORT_WAIT;
+    // The Job names its claim; the one cached under that name counts only with the uid. A
+    // claim still shown, but being deleted, is waited out: the Job's next event may be its
+    // removal, long after its pod (and report) is gone.
+    let claim = super::claim_ref_of(job.meta().annotations.as_ref())
+        .and_then(|r| ctx.caches.claim(r.namespace.as_deref()?, &r.name))
+        .filter(|c| c.uid().as_deref() == Some(claim_uid.as_str()));
+    match claim {
+        None => {}
+        Some(c) if c.metadata.deletion_timestamp.is_some() && in_time => {
+            return Ok(Some(RECHECK));
         }
+        Some(_) => return Ok(None),
     }
     let pv_cached = ctx
         .caches
@@ -67,40 +110,36 @@ async fn look_into(ctx: &Context, job: &Job) -> crate::Result<()> {
         .get(&kube::runtime::reflector::ObjectRef::new(&volume))
         .is_some();
     if pv_cached {
-        return Ok(());
+        return Ok(None);
     }
-    loop {
-        let confirmed = confirm(ctx, job, &claim_uid, &volume).await?;
-        let pods = ctx.caches.pods_by(&super::caches::by_claim(&claim_uid));
-        let pod_refs: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
-        match plan_orphan(job, &pod_refs, confirmed) {
-            OrphanStep::Nothing => return Ok(()),
-            OrphanStep::AwaitReport if started.elapsed() < REPORT_WAIT => {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-            OrphanStep::AwaitReport => {
-                let message = "its claim was deleted while it ran, and its pod's report is gone: what the image made cannot be cleaned up automatically; remove it by hand";
-                ctx.event(&job.object_ref(&()), true, reasons::FAILED, message)
-                    .await;
-                return Ok(());
-            }
-            OrphanStep::BadReport(message) => {
-                ctx.event(&job.object_ref(&()), true, reasons::FAILED, &message)
-                    .await;
-                return Ok(());
-            }
-            OrphanStep::CreatePv(pv) => {
-                super::mark_pv_created(ctx, &job.namespace().unwrap_or_default(), &job.name_any())
-                    .await?;
-                tracing::info!(job = %job.name_any(), volume = %volume, "the claim was deleted while its Job ran; its volume is created to be deprovisioned");
-                return match Api::<PersistentVolume>::all(ctx.client.clone())
-                    .create(&PostParams::default(), &pv)
-                    .await
-                {
-                    Ok(_) => Ok(()),
-                    Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-                    Err(e) => Err(e.into()),
-                };
+    let confirmed = confirm(ctx, job, &claim_uid, &volume).await?;
+    let pods = ctx.caches.pods_by(&super::caches::by_claim(&claim_uid));
+    let pod_refs: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
+    match plan_orphan(job, &pod_refs, confirmed) {
+        OrphanStep::Nothing => Ok(None),
+        OrphanStep::AwaitReport if in_time => Ok(Some(RECHECK)),
+        OrphanStep::AwaitReport => {
+            let message = "its claim was deleted while it ran, and its pod's report is gone: what the image made cannot be cleaned up automatically; remove it by hand";
+            ctx.event(&job.object_ref(&()), true, reasons::FAILED, message)
+                .await;
+            Ok(None)
+        }
+        OrphanStep::BadReport(message) => {
+            ctx.event(&job.object_ref(&()), true, reasons::FAILED, &message)
+                .await;
+            Ok(None)
+        }
+        OrphanStep::CreatePv(pv) => {
+            super::mark_pv_created(ctx, &job.namespace().unwrap_or_default(), &job.name_any())
+                .await?;
+            tracing::info!(job = %job.name_any(), volume = %volume, "the claim was deleted while its Job ran; its volume is created to be deprovisioned");
+            match Api::<PersistentVolume>::all(ctx.client.clone())
+                .create(&PostParams::default(), &pv)
+                .await
+            {
+                Ok(_) => Ok(None),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
+                Err(e) => Err(e.into()),
             }
         }
     }

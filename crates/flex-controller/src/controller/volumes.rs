@@ -35,6 +35,35 @@ pub(super) async fn fetch_record(
     Ok(None)
 }
 
+/// Whether a claim other than the one at the claimRef (`at`) names `volume` in
+/// `spec.volumeName`, as the API server says: the claim the record says the volume was
+/// verified for, and those the cache shows naming it.
+async fn named_by_claim(
+    ctx: &Context,
+    volume: &str,
+    at: Option<&(String, String)>,
+    record: Option<&ConfigMap>,
+    cached: &[(String, String)],
+) -> crate::Result<bool> {
+    let mut candidates: Vec<(String, String)> = cached.to_vec();
+    candidates.extend(record.and_then(crate::record::record_claim));
+    candidates.retain(|c| Some(c) != at);
+    candidates.sort();
+    candidates.dedup();
+    for (ns, n) in candidates {
+        let claim = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns)
+            .get_opt(&n)
+            .await?;
+        if claim
+            .and_then(|c| c.spec?.volume_name)
+            .is_some_and(|v| v == volume)
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 pub async fn reconcile_volume(
     cached: Arc<super::compact::Compact<PersistentVolume>>,
     ctx: Arc<Context>,
@@ -96,9 +125,18 @@ pub async fn reconcile_volume(
         .as_ref()
         .and_then(|r| Some((r.namespace.clone()?, r.name.clone()?)));
     let cached = at.as_ref().and_then(|(ns, n)| ctx.caches.claim(ns, n));
+    // Claims other than the one at the claimRef that name this volume (the one it was made
+    // for, after a re-pointed claimRef; one an admin hands it to): from the cache first.
+    let others_naming = ctx
+        .caches
+        .claims_naming(&name)
+        .into_iter()
+        .filter(|c| Some(c) != at.as_ref())
+        .collect::<Vec<_>>();
     let plan_with = |pv: &PersistentVolume,
                      claim: Option<&PersistentVolumeClaim>,
                      record: Option<&ConfigMap>,
+                     named_by_claim: bool,
                      confirmed: bool,
                      record_read: bool|
      -> VolumePlan {
@@ -108,6 +146,7 @@ pub async fn reconcile_volume(
             provision_jobs: provision_jobs.clone(),
             provisioner_name: &opts.provisioner_name,
             claim,
+            named_by_claim,
             claim_confirmed: confirmed,
             record_read,
             provisioning,
@@ -118,12 +157,22 @@ pub async fn reconcile_volume(
             now: jiff::Timestamp::now(),
         })
     };
-    let mut plan = plan_with(&pv, cached.as_deref(), None, false, false);
+    let mut plan = plan_with(
+        &pv,
+        cached.as_deref(),
+        None,
+        !others_naming.is_empty(),
+        false,
+        false,
+    );
     if plan.step == VolumeStep::ReadRecord {
         // Kubernetes released the volume and it is being deleted: its claim is known gone,
-        // and only the record (which says what to run) is read.
+        // and the record (which says what to run) is read, with the claims that may still
+        // name the volume.
         let record = fetch_record(&ctx, &pv).await?;
-        plan = plan_with(&pv, cached.as_deref(), record.as_ref(), false, true);
+        let named =
+            named_by_claim(&ctx, &name, at.as_ref(), record.as_ref(), &others_naming).await?;
+        plan = plan_with(&pv, cached.as_deref(), record.as_ref(), named, false, true);
     }
     if plan.step == VolumeStep::ConfirmClaim {
         // The PV too is read afresh: a volume cached as Released may have been re-bound
@@ -144,7 +193,9 @@ pub async fn reconcile_volume(
             None => None,
         };
         let record = fetch_record(&ctx, &fresh).await?;
-        plan = plan_with(&fresh, fetched.as_ref(), record.as_ref(), true, true);
+        let named =
+            named_by_claim(&ctx, &name, at.as_ref(), record.as_ref(), &others_naming).await?;
+        plan = plan_with(&fresh, fetched.as_ref(), record.as_ref(), named, true, true);
     }
     let on = pv.object_ref(&());
     let class = pv

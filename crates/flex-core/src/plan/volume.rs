@@ -17,8 +17,9 @@ use crate::job::{JobOutcome, attempt_of, deprovision_job, outcome, pods_of};
 use crate::names::{ANN_VOLUME_UID, FINALIZER_DEPROVISION};
 use crate::record::read_record;
 
-/// Set on a PV once its storage is gone (with our finalizer removed in the same write), so
-/// a restarted controller never deprovisions twice.
+/// Set on a PV once its storage is gone (with our finalizer removed in the same write), for
+/// people to read. The controller never reads it (anyone who may update PVs can write it):
+/// what says the storage is gone is the succeeded deprovision Job of the PV's uid.
 pub const ANN_DEPROVISIONED: &str = "flex-provisioner.io/deprovisioned";
 
 /// How soon a released volume whose claim the cache still shows is looked at again.
@@ -32,6 +33,10 @@ pub struct VolumeInputs<'a> {
     pub provisioner_name: &'a str,
     /// The claim at the PV's claimRef namespace/name, if one exists (whatever its uid).
     pub claim: Option<&'a PersistentVolumeClaim>,
+    /// A claim names this PV in `spec.volumeName` (the one it was made for, after its
+    /// claimRef was re-pointed, or the one an admin hands it to): from the cache, and read
+    /// from the API server whenever the record is (`record_read`).
+    pub named_by_claim: bool,
     /// `claim` was read from the API server for this decision. A cache may lag behind, so
     /// only the API server's answer may lead to storage being destroyed, unless Kubernetes
     /// itself released the volume (see `released_by_kubernetes`).
@@ -71,6 +76,10 @@ pub enum VolumeState {
     /// `Released` by the PV controller, policy `Delete`: destroyed once the claim is
     /// confirmed gone.
     Released,
+    /// Released or deleted, but its claimRef no longer names the claim it was provisioned
+    /// for (the uid in its name), or a claim still names it: an admin's hand-over (or a
+    /// re-pointed claimRef). Storage and finalizer are kept, with a warning.
+    HandedOver,
     /// Anything else: Available, Pending, Failed, Retain-released, claimRef cleared or
     /// changed, a claim not yet bound. Nothing runs.
     Idle,
@@ -146,11 +155,12 @@ fn finalizer_patch(pv: &PersistentVolume, annotations: Value) -> Value {
 pub fn state_of(i: &VolumeInputs<'_>) -> VolumeState {
     let pv = i.pv;
     let meta = &pv.metadata;
-    let annotation = |k: &str| meta.annotations.as_ref().and_then(|a| a.get(k));
     if !crate::volume::provisioned_by(pv, i.provisioner_name) {
         return VolumeState::NotOurs;
     }
-    if annotation(ANN_DEPROVISIONED).is_some() {
+    // Whoever may update PVs can write our `deprovisioned` mark: it is never read. The
+    // storage is gone when a deprovision Job of this very PV (its uid) succeeded.
+    if deprovision_succeeded(i) {
         return VolumeState::Deprovisioned;
     }
     let spec = pv.spec.clone().unwrap_or_default();
@@ -177,14 +187,23 @@ pub fn state_of(i: &VolumeInputs<'_>) -> VolumeState {
         .persistent_volume_reclaim_policy
         .as_deref()
         .unwrap_or("Delete");
+    // Our PVs are named after the claim they were made for (`pvc-<claim uid>`), a name no
+    // one can change: a claimRef with another uid (re-pointed, zeroed) is not that claim's
+    // release, and a claim that still names the volume still has it.
+    let handed_over = pv_name != crate::names::pv_name(&ref_uid) || i.named_by_claim;
     match (deleting, policy, phase) {
         // A deleted volume whose claimRef was cleared or never set a uid: nothing says which
         // claim used it or that none does now, so its storage is kept (as for Retain).
         (true, "Delete", _) if ref_uid.is_empty() => VolumeState::DeletedRetain,
+        (true, "Delete", _) if handed_over => VolumeState::HandedOver,
         (true, "Delete", _) => VolumeState::DeletedDelete,
         (true, _, _) => VolumeState::DeletedRetain,
         (false, "Delete", Some("Released")) if !ref_uid.is_empty() && !claim_alive => {
-            VolumeState::Released
+            if handed_over {
+                VolumeState::HandedOver
+            } else {
+                VolumeState::Released
+            }
         }
         _ => VolumeState::Idle,
     }
@@ -201,9 +220,14 @@ pub fn plan_volume(i: &VolumeInputs<'_>) -> VolumePlan {
     let deleting = pv.metadata.deletion_timestamp.is_some();
     match state {
         VolumeState::NotOurs | VolumeState::InUse | VolumeState::Idle => done(VolumeStep::Ignore),
-        VolumeState::Deprovisioned if has_finalizer(pv) => {
-            done(VolumeStep::Patch(finalizer_patch(pv, json!({}))))
-        }
+        VolumeState::HandedOver => VolumePlan {
+            state,
+            step: VolumeStep::Ignore,
+            notices: vec![handed_over_notice(pv, i.named_by_claim)],
+        },
+        VolumeState::Deprovisioned if has_finalizer(pv) => done(VolumeStep::Finish(
+            finalizer_patch(pv, json!({ ANN_DEPROVISIONED: "true" })),
+        )),
         VolumeState::Deprovisioned if !deleting => done(VolumeStep::Delete {
             uid: pv.metadata.uid.clone().unwrap_or_default(),
             resource_version: None,
@@ -256,6 +280,35 @@ pub fn plan_volume(i: &VolumeInputs<'_>) -> VolumePlan {
     }
 }
 
+/// What an admin is told about a volume kept as handed over, once per claimRef.
+fn handed_over_notice(pv: &PersistentVolume, named_by_claim: bool) -> Notice {
+    let name = pv.metadata.name.clone().unwrap_or_default();
+    let r = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.claim_ref.clone())
+        .unwrap_or_default();
+    let (ns, claim, uid) = (
+        r.namespace.unwrap_or_default(),
+        r.name.unwrap_or_default(),
+        r.uid.unwrap_or_default(),
+    );
+    let made_for = name.strip_prefix("pvc-").unwrap_or_default();
+    let why = if named_by_claim {
+        "a claim still names it in spec.volumeName".to_owned()
+    } else {
+        format!(
+            "its claimRef names {ns}/{claim} (uid {uid}), not the claim it was provisioned for (uid {made_for})"
+        )
+    };
+    Notice::warning(
+        format!("handed-over/{}/{uid}", pv.metadata.uid.as_deref().unwrap_or_default()),
+        reasons::VOLUME_FAILED_DELETE,
+        format!("{name} is released but {why}: taken as an admin's hand-over, its storage is kept and nothing is deprovisioned; when the data is no longer needed, delete it by hand and remove the finalizer {FINALIZER_DEPROVISION}"),
+    )
+    .action("Deprovision")
+}
+
 /// Whether the cache shows the claim the PV's claimRef names, with its uid.
 fn cache_shows_claim(i: &VolumeInputs<'_>) -> bool {
     let ref_uid =
@@ -264,6 +317,14 @@ fn cache_shows_claim(i: &VolumeInputs<'_>) -> bool {
             .and_then(|s| s.claim_ref.as_ref())
             .and_then(|r| r.uid.as_deref());
     ref_uid.is_some() && i.claim.and_then(|c| c.metadata.uid.as_deref()) == ref_uid
+}
+
+/// Whether a deprovision Job of this very PV succeeded.
+fn deprovision_succeeded(i: &VolumeInputs<'_>) -> bool {
+    i.jobs
+        .iter()
+        .filter(|j| of_this_pv(j, i.pv))
+        .any(|j| outcome(j, &pods_of(j, &i.pods)) == JobOutcome::Succeeded)
 }
 
 /// Whether a deprovision Job was made for this very PV (not an earlier one of its name).

@@ -311,7 +311,11 @@ fn copy_template(template: &Path, dir: &Path) {
         .arg(dir)
         .output()
         .expect("cp runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let _ = std::fs::remove_file(dir.join("made"));
 }
 
@@ -373,8 +377,11 @@ pub async fn start_real(
                 .map(|v| v.trim_matches(|c| c == '"' || c == '\'').to_owned())
         })
         .expect("K8S_SERVER in the control plane's env file");
-    let log = std::fs::File::create(dir.join("logs").join(format!("fake-kubelet-{}.log", NODES[1])))
-        .unwrap();
+    let log = std::fs::File::create(
+        dir.join("logs")
+            .join(format!("fake-kubelet-{}.log", NODES[1])),
+    )
+    .unwrap();
     let mut second = Command::new("python3");
     second
         .arg("-u")
@@ -395,9 +402,12 @@ pub async fn start_real(
         use std::os::unix::process::CommandExt;
         second.process_group(0);
     }
-    let child = second.spawn().expect("python3 runs the second simulated node");
+    let child = second
+        .spawn()
+        .expect("python3 runs the second simulated node");
     std::fs::write(
-        dir.join("pids").join(format!("fake-kubelet-{}.pid", NODES[1])),
+        dir.join("pids")
+            .join(format!("fake-kubelet-{}.pid", NODES[1])),
         child.id().to_string(),
     )
     .unwrap();

@@ -111,6 +111,7 @@ fn run(c: &Case<'_>, now: &str, provisioning: bool) -> VolumePlan {
         provision_jobs: vec![],
         provisioner_name: P,
         claim: c.claim.as_ref(),
+        named_by_claim: false,
         claim_confirmed: c.confirmed,
         record_read: c.confirmed,
         provisioning,
@@ -432,7 +433,7 @@ fn every_transition_of_the_volume_state_machine() {
             claim: None,
             confirmed: false,
             jobs: vec![job(1, Some(("Complete", "CompletionsReached")))],
-            state: S::Released,
+            state: S::Deprovisioned,
             step: Finish,
         },
         Case {
@@ -480,24 +481,24 @@ fn every_transition_of_the_volume_state_machine() {
             step: Wait(30),
         },
         Case {
-            name: "storage gone: drop the finalizer",
-            pv: pv("Delete", "Released", marked(json!({}))),
+            name: "storage gone: mark it and drop the finalizer",
+            pv: pv("Delete", "Released", deleted()),
             claim: None,
             confirmed: false,
-            jobs: vec![],
+            jobs: vec![job(1, Some(("Complete", "CompletionsReached")))],
             state: S::Deprovisioned,
-            step: DropFinalizer,
+            step: Finish,
         },
         Case {
             name: "storage gone, finalizer dropped: delete the PV",
             pv: pv(
                 "Delete",
                 "Released",
-                marked(json!({"metadata": {"finalizers": ["kubernetes.io/pv-protection"]}})),
+                json!({"metadata": {"finalizers": ["kubernetes.io/pv-protection"]}}),
             ),
             claim: None,
             confirmed: false,
-            jobs: vec![],
+            jobs: vec![job(1, Some(("Complete", "CompletionsReached")))],
             state: S::Deprovisioned,
             step: Delete,
         },
@@ -506,13 +507,40 @@ fn every_transition_of_the_volume_state_machine() {
             pv: pv(
                 "Delete",
                 "Released",
-                marked(json!({"metadata": {"deletionTimestamp": DELETED, "finalizers": []}})),
+                json!({"metadata": {"deletionTimestamp": DELETED, "finalizers": []}}),
             ),
             claim: None,
             confirmed: false,
-            jobs: vec![],
+            jobs: vec![job(1, Some(("Complete", "CompletionsReached")))],
             state: S::Deprovisioned,
             step: Ignore,
+        },
+        Case {
+            name: "a forged deprovisioned mark, no Job: deprovisioned as any released volume",
+            pv: pv("Delete", "Released", marked(deleted())),
+            claim: None,
+            confirmed: true,
+            jobs: vec![],
+            state: S::DeletedDelete,
+            step: Job(1),
+        },
+        Case {
+            name: "a forged deprovisioned mark on a volume in use: nothing",
+            pv: pv("Delete", "Bound", marked(json!({}))),
+            claim: Some(claim("u1", "pvc-u1")),
+            confirmed: false,
+            jobs: vec![],
+            state: S::InUse,
+            step: Ignore,
+        },
+        Case {
+            name: "a forged mark on a deleted Retain volume: the storage is kept",
+            pv: pv("Retain", "Released", marked(deleted())),
+            claim: None,
+            confirmed: false,
+            jobs: vec![],
+            state: S::DeletedRetain,
+            step: DropFinalizer,
         },
     ];
     for c in &cases {
@@ -574,6 +602,7 @@ fn a_volume_without_its_record_is_kept_and_reported() {
             provision_jobs: vec![],
             provisioner_name: P,
             claim: None,
+            named_by_claim: false,
             claim_confirmed: true,
             record_read: true,
             provisioning: false,
@@ -629,6 +658,7 @@ fn a_kept_volume_marks_its_provisioning_job_so_it_is_never_taken_for_an_orphan()
             provision_jobs: vec![&job],
             provisioner_name: P,
             claim: None,
+            named_by_claim: false,
             claim_confirmed: false,
             record_read: false,
             provisioning: false,
@@ -649,4 +679,90 @@ fn a_kept_volume_marks_its_provisioning_job_so_it_is_never_taken_for_an_orphan()
             other => panic!("{other:?}"),
         }
     }
+}
+
+/// A claimRef re-pointed to another claim (keeping the old uid, or with a uid of zeros), or
+/// a volume a claim still names in spec.volumeName: whether Kubernetes released it or
+/// someone deleted it, it is an admin's hand-over. Nothing runs, nothing is deleted, our
+/// finalizer stays, and the PV gets a warning.
+#[test]
+fn a_re_pointed_claim_ref_or_a_claim_naming_the_volume_destroys_nothing() {
+    let repointed = json!({"spec": {"claimRef": {"namespace": "b", "name": "other", "uid": "u1"}}});
+    let zeroed = json!({"spec": {"claimRef": {"uid": "00000000-0000-0000-0000-000000000000"}}});
+    let other_uid = json!({"spec": {"claimRef": {"namespace": "b", "name": "other", "uid": "u2"}}});
+    let mut deleted_zeroed = zeroed.clone();
+    merge(&mut deleted_zeroed, &deleted());
+    let cases: Vec<(&str, PersistentVolume, bool)> = vec![
+        (
+            "re-pointed, old uid, the old claim still names it",
+            pv("Delete", "Released", repointed.clone()),
+            true,
+        ),
+        ("zeroed uid", pv("Delete", "Released", zeroed), false),
+        (
+            "handed to another claim's uid",
+            pv("Delete", "Released", other_uid),
+            false,
+        ),
+        (
+            "zeroed uid, then deleted",
+            pv("Delete", "Released", deleted_zeroed),
+            false,
+        ),
+        (
+            "deleted while a claim names it",
+            pv("Delete", "Bound", deleted()),
+            true,
+        ),
+    ];
+    for (name, volume, named) in cases {
+        let record = crate::record::build_record(&volume, &recipe(), None, "{}");
+        for confirmed in [false, true] {
+            let p = plan_volume(&VolumeInputs {
+                pv: &volume,
+                record: record.as_ref(),
+                provision_jobs: vec![],
+                provisioner_name: P,
+                claim: None,
+                named_by_claim: named,
+                claim_confirmed: confirmed,
+                record_read: confirmed,
+                provisioning: false,
+                jobs: vec![],
+                pods: vec![],
+                retry_base: Duration::from_secs(10),
+                job_ttl_seconds: 60,
+                now: "2026-01-01T00:00:04Z".parse().unwrap(),
+            });
+            assert_eq!(p.state, VolumeState::HandedOver, "{name}");
+            assert_eq!(p.step, VolumeStep::Ignore, "{name}");
+            assert_eq!(p.notices.len(), 1, "{name}");
+            assert!(p.notices[0].warning, "{name}");
+            assert!(
+                p.notices[0].message.contains("hand-over"),
+                "{name}: {}",
+                p.notices[0].message
+            );
+        }
+    }
+    // The claim it was made for, released and gone, nobody naming it: deprovisioned.
+    let released = pv("Delete", "Released", json!({}));
+    let record = crate::record::build_record(&released, &recipe(), None, "{}");
+    let p = plan_volume(&VolumeInputs {
+        pv: &released,
+        record: record.as_ref(),
+        provision_jobs: vec![],
+        provisioner_name: P,
+        claim: None,
+        named_by_claim: false,
+        claim_confirmed: true,
+        record_read: true,
+        provisioning: false,
+        jobs: vec![],
+        pods: vec![],
+        retry_base: Duration::from_secs(10),
+        job_ttl_seconds: 60,
+        now: "2026-01-01T00:00:04Z".parse().unwrap(),
+    });
+    assert_eq!(p.state, VolumeState::Released);
 }
