@@ -9,7 +9,20 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use crate::names::ANN_SELECTED_NODE;
 use crate::quantity::{Bytes, parse_bytes};
 
-const BETA_CLASS_ANNOTATION: &str = "volume.beta.kubernetes.io/storage-class";
+pub const BETA_CLASS_ANNOTATION: &str = "volume.beta.kubernetes.io/storage-class";
+
+/// A claim's StorageClass as Kubernetes reads it (`GetPersistentVolumeClaimClass`): the
+/// beta annotation when it is set, else `spec.storageClassName`. Quota and the PV controller
+/// read it this way; reading the field alone would count a claim against one class and
+/// provision it from another.
+pub fn class_of(pvc: &PersistentVolumeClaim) -> Option<&str> {
+    pvc.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(BETA_CLASS_ANNOTATION))
+        .map(String::as_str)
+        .or_else(|| pvc.spec.as_ref()?.storage_class_name.as_deref())
+}
 pub const ACCESS_MODES: &[&str] = &[
     "ReadWriteOnce",
     "ReadOnlyMany",
@@ -79,11 +92,9 @@ impl ClaimRequest {
         let uid = meta.uid.clone().ok_or(ClaimError::MissingMetadata("uid"))?;
         let annotations = meta.annotations.clone().unwrap_or_default();
         let spec = pvc.spec.clone().unwrap_or_default();
-        let storage_class = spec
-            .storage_class_name
-            .clone()
-            .or_else(|| annotations.get(BETA_CLASS_ANNOTATION).cloned())
+        let storage_class = class_of(pvc)
             .filter(|c| !c.is_empty())
+            .map(str::to_owned)
             .ok_or(ClaimError::NoClass)?;
         if spec.selector.is_some() {
             return Err(ClaimError::Selector);
@@ -289,6 +300,9 @@ mod tests {
             .annotations
             .get_or_insert_with(Default::default)
             .insert(BETA_CLASS_ANNOTATION.into(), "gold".into());
+        assert_eq!(ClaimRequest::from_claim(&p).unwrap().storage_class, "gold");
+        // Annotation first, as Kubernetes reads it.
+        p.spec.as_mut().unwrap().storage_class_name = Some("silver".into());
         assert_eq!(ClaimRequest::from_claim(&p).unwrap().storage_class, "gold");
         p.metadata.uid = None;
         assert_eq!(

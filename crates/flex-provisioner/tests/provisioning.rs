@@ -6,6 +6,8 @@ mod common;
 use common::provisioning::*;
 use common::sandbox::eventually;
 use flex_provisioner::controller::Options;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::api::{Api, PostParams};
 
 #[tokio::test]
 async fn an_immediate_claim_binds_with_one_job_and_one_pv() {
@@ -837,4 +839,47 @@ async fn max_concurrent_is_strict_even_before_the_cache_sees_new_jobs() {
     let peak = peak.load(std::sync::atomic::Ordering::SeqCst);
     assert!(peak <= 2, "{peak} Jobs of the class were active at once");
     assert_eq!(jobs_of(&sb, "provision").await.len(), 20);
+}
+
+/// The beta class annotation is read as Kubernetes reads it (quota and the PV controller
+/// alike): before `spec.storageClassName`. A claim that names its class only there is
+/// served, and one whose annotation and field disagree is provisioned from the
+/// annotation's class, never the field's.
+#[tokio::test]
+async fn the_beta_class_annotation_is_read_before_the_field() {
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    class(&sb, "fast", "Immediate", "make-pv", serde_json::json!({})).await;
+    class(&sb, "never", "Immediate", "perm", serde_json::json!({})).await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(sb.client().unwrap(), "default");
+    let mut only = claim_object("beta-only", "fast");
+    only.spec.as_mut().unwrap().storage_class_name = None;
+    let mut both = claim_object("both", "never");
+    for c in [&mut only, &mut both] {
+        c.metadata.annotations = Some(
+            [(
+                "volume.beta.kubernetes.io/storage-class".to_string(),
+                "fast".to_string(),
+            )]
+            .into(),
+        );
+        claims.create(&PostParams::default(), c).await.unwrap();
+    }
+    for name in ["beta-only", "both"] {
+        let c = bound(&sb, name, 60).await;
+        let pv = Api::<PersistentVolume>::all(sb.client().unwrap())
+            .get(&c.spec.unwrap().volume_name.unwrap())
+            .await
+            .unwrap();
+        assert_eq!(pv.spec.unwrap().storage_class_name.as_deref(), Some("fast"));
+    }
+    let jobs = jobs(&sb).await;
+    assert_eq!(jobs.len(), 2);
+    assert!(
+        jobs.iter().all(
+            |j| j.metadata.annotations.as_ref().unwrap()["flex-provisioner.io/storage-class"]
+                == "fast"
+        ),
+        "every Job is the annotation's class's"
+    );
 }

@@ -12,7 +12,7 @@ use crate::validation::requested_storage;
 const BETA_CLASS_ANNOTATION: &str = "volume.beta.kubernetes.io/storage-class";
 
 /// GetPersistentVolumeClaimClass: the beta annotation wins over the field.
-fn claim_class(claim: &Value) -> &str {
+pub(crate) fn claim_class(claim: &Value) -> &str {
     claim
         .pointer("/metadata/annotations")
         .and_then(|a| a.get(BETA_CLASS_ANNOTATION))

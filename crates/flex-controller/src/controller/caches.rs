@@ -111,13 +111,11 @@ fn label<'a>(labels: &'a BTreeMap<String, String>, key: &str) -> Option<&'a Stri
     labels.get(key).filter(|v| !v.is_empty())
 }
 
-/// Claims are found by name (the store's key) or by class (for a change of the class or
-/// its ConfigMap); nothing else is kept per claim, since there are tens of thousands.
+/// Claims are found by name (the store's key), by class (for a change of the class or its
+/// ConfigMap) and by the volume they name.
 pub fn claim_keys(c: &PersistentVolumeClaim) -> Vec<String> {
     let spec = c.spec.as_ref();
-    let class = spec
-        .and_then(|s| s.storage_class_name.as_deref())
-        .map(by_class);
+    let class = flex_core::claim::class_of(c).map(by_class);
     // Which claims name a volume: before its storage is destroyed, none may.
     let volume = spec.and_then(|s| s.volume_name.as_deref()).map(by_volume);
     class.into_iter().chain(volume).collect()
@@ -187,7 +185,11 @@ pub fn trim_claim(provisioner: &str) -> impl Fn(&mut PersistentVolumeClaim) + Se
         m.finalizers = None;
         m.owner_references = None;
         if let Some(a) = m.annotations.as_mut() {
-            a.retain(|k, _| k == ANN_STORAGE_PROVISIONER || k == ANN_STORAGE_PROVISIONER_BETA);
+            a.retain(|k, _| {
+                k == ANN_STORAGE_PROVISIONER
+                    || k == ANN_STORAGE_PROVISIONER_BETA
+                    || k == flex_core::claim::BETA_CLASS_ANNOTATION
+            });
         }
         if let Some(s) = c.spec.as_mut() {
             s.selector = None;

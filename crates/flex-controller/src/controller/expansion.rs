@@ -31,10 +31,7 @@ pub(super) async fn reconcile_expansion(
     else {
         return Ok(Action::await_change());
     };
-    let class_allows = claim
-        .spec
-        .as_ref()
-        .and_then(|s| s.storage_class_name.as_deref())
+    let class_allows = crate::claim::class_of(claim)
         .and_then(|c| ctx.caches.classes.get(&ObjectRef::new(c)))
         .and_then(|sc| sc.allow_volume_expansion)
         .unwrap_or(false);
@@ -68,11 +65,7 @@ pub(super) async fn reconcile_expansion(
             .and_then(|cm| read_record(&cm, &pv));
         plan = plan_with(Some(&pv), Some(record));
     }
-    let class = claim
-        .spec
-        .as_ref()
-        .and_then(|s| s.storage_class_name.clone())
-        .unwrap_or_default();
+    let class = crate::claim::class_of(claim).unwrap_or_default().to_owned();
     ctx.tell(&claim.object_ref(&()), &class, &plan.notices)
         .await;
     let claims: Api<PersistentVolumeClaim> =

@@ -52,11 +52,9 @@ pub async fn reconcile(
     };
     let opts = &ctx.opts;
     let uid = claim.uid().unwrap_or_default();
-    let class = claim
-        .spec
-        .as_ref()
-        .and_then(|s| s.storage_class_name.clone())
-        .unwrap_or_default();
+    let class = crate::claim::class_of(&claim)
+        .unwrap_or_default()
+        .to_owned();
     let (resolved, report) = ctx.configs.resolve(
         &class,
         &opts.parse_options(),

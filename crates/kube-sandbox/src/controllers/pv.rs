@@ -202,10 +202,7 @@ impl Pv {
             }
             return;
         }
-        let class = claim["spec"]["storageClassName"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
+        let class = crate::claim_resize::claim_class(claim).to_owned();
         // Only the candidates, found by index: volumes pre-bound to this claim, and free
         // ones (a populated cluster holds tens of thousands of bound volumes).
         let volumes = api.store.indexed(

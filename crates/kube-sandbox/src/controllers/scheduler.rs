@@ -133,9 +133,7 @@ impl Scheduler {
                 }
                 continue;
             }
-            let class = claim["spec"]["storageClassName"]
-                .as_str()
-                .unwrap_or_default();
+            let class = crate::claim_resize::claim_class(&claim);
             let waits = api
                 .store
                 .get(self.classes, "", class)
