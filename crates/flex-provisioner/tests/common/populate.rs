@@ -69,7 +69,8 @@ pub fn finished_jobs(sb: &Sandbox, ns: &str, class: &str, claims: &[(String, Str
     let jobs = resources::find("batch", "v1", "jobs").unwrap();
     let pods = resources::find("", "v1", "pods").unwrap();
     let config_maps = resources::find("", "v1", "configmaps").unwrap();
-    let now = "2026-01-01T00:00:00Z";
+    // Finished just now: their TTL (an hour) keeps them, as after a burst.
+    let now = jiff::Timestamp::now().to_string();
     for (name, uid) in claims {
         let pv = format!("pvc-{uid}");
         let labels = json!({"app.kubernetes.io/managed-by": "flex-provisioner",
@@ -100,7 +101,7 @@ pub fn finished_jobs(sb: &Sandbox, ns: &str, class: &str, claims: &[(String, Str
                 json!({"metadata": {"name": format!("provision-{uid}-x"), "labels": labels, "annotations": annotations,
                          "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": format!("provision-{uid}"),
                                               "uid": job_uid, "controller": true}]},
-                       "spec": {"restartPolicy": "Never", "nodeName": "sandbox-node-1",
+                       "spec": {"restartPolicy": "Never", "nodeName": "retired-node",
                                 "containers": [{"name": "provisioner", "image": "bench-image"}]},
                        "status": {"phase": "Succeeded", "containerStatuses": [{"name": "provisioner", "ready": false,
                            "restartCount": 0, "image": "bench-image", "imageID": "",
