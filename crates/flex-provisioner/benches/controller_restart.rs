@@ -82,7 +82,7 @@ fn setup(sb: &Sandbox) {
         "v1",
         NS,
         json!({"metadata": {"name": "fast-config", "labels": {"type": "provisioner-config", "storage-class": "fast"}},
-               "data": {"image": "bench-image"}}),
+               "data": {"image": "bench-image", "volume-sources": "hostPath", "allowed-paths": "/volumes"}}),
     );
 }
 

@@ -274,7 +274,8 @@ pub async fn reconcile(
                 })
                 .collect();
             ctx.tell(&pv, &class, &on_pv).await;
-            Action::requeue(RECHECK_BLOCKED)
+            // Said once; a change of the PV or the claim brings it back.
+            Action::await_change()
         }
         Step::Provisioned { patch, record } => {
             // The record first: a volume with our finalizer but no record could never be

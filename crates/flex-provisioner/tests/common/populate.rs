@@ -69,8 +69,9 @@ pub fn finished_jobs(sb: &Sandbox, ns: &str, class: &str, claims: &[(String, Str
     let jobs = resources::find("batch", "v1", "jobs").unwrap();
     let pods = resources::find("", "v1", "pods").unwrap();
     let config_maps = resources::find("", "v1", "configmaps").unwrap();
-    // Finished just now: their TTL (an hour) keeps them, as after a burst.
-    let now = jiff::Timestamp::now().to_string();
+    // Finished half an hour ago: their TTL (an hour) keeps them, and their success was
+    // announced long since.
+    let now = (jiff::Timestamp::now() - jiff::SignedDuration::from_mins(30)).to_string();
     for (name, uid) in claims {
         let pv = format!("pvc-{uid}");
         let labels = json!({"app.kubernetes.io/managed-by": "flex-provisioner",
