@@ -77,6 +77,11 @@ pub struct SandboxArgs {
     /// Do not run the provisioning controller inside the sandbox.
     #[arg(long)]
     pub no_controller: bool,
+    /// Tokens, RBAC and HTTPS as in a cluster: the kubeconfig carries an admin token and
+    /// the sandbox's CA, pods get their ServiceAccount's token, and `kubectl auth can-i`
+    /// and `kubectl create token` answer as a cluster with deploy/'s RBAC would.
+    #[arg(long)]
+    pub auth: bool,
     /// Namespace of provisioner ConfigMaps for the in-sandbox controller (repeatable).
     #[arg(long = "config-namespace", value_name = "NS", default_values_t = vec![crate::config::DEFAULT_CONFIG_NAMESPACE.to_string()])]
     pub config_namespaces: Vec<String>,

@@ -32,6 +32,7 @@ pub fn options(args: &SandboxArgs) -> Result<SandboxOptions, String> {
             .into_iter()
             .collect(),
         port: args.port,
+        auth: args.auth,
         ..Default::default()
     })
 }

@@ -257,3 +257,55 @@ fn help_is_complete_for_every_subcommand() {
         assert!(check.contains(word), "check help lacks {word}:\n{check}");
     }
 }
+
+/// `sandbox --auth`: the kubeconfig it writes carries an admin token and the CA, and
+/// kubectl's `auth can-i` answers as a cluster with deploy/'s RBAC would.
+#[test]
+fn sandbox_with_auth_answers_kubectl_auth_can_i_as_a_cluster() {
+    let dir = std::env::temp_dir().join(format!("flex-cli-auth-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flex-provisioner"))
+        .args(["sandbox", "--auth", "--kubeconfig-out"])
+        .arg(&kubeconfig)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let kubectl = |args: &[&str]| {
+        Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(args)
+            .output()
+            .expect("kubectl is installed (Debian: apt-get install kubernetes-client)")
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    // deploy/'s RBAC is installed with the in-sandbox controller: wait for its role.
+    let answer = loop {
+        let out = kubectl(&[
+            "auth",
+            "can-i",
+            "list",
+            "persistentvolumeclaims",
+            "--as=system:serviceaccount:flex-provisioner:flex-provisioner",
+        ]);
+        if String::from_utf8_lossy(&out.stdout).trim() == "yes" {
+            break out;
+        }
+        assert!(std::time::Instant::now() < deadline, "{out:?}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert!(answer.status.success());
+    let refused = kubectl(&[
+        "auth",
+        "can-i",
+        "list",
+        "secrets",
+        "--as=system:serviceaccount:flex-provisioner:flex-provisioner",
+    ]);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(String::from_utf8_lossy(&refused.stdout).trim(), "no");
+    let _ = std::fs::remove_dir_all(&dir);
+}
