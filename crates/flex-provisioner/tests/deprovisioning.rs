@@ -358,12 +358,13 @@ async fn a_cleared_claim_ref_and_a_re_created_claim_destroy_nothing() {
         );
         pv
     };
-    for _ in 0..10 {
+    // Kubernetes' PV controller binds a volume whose claim still names it back to that
+    // claim when it next syncs the claim (every 15 s at most): the claim keeps its volume,
+    // and deleting it later is an ordinary release.
+    for _ in 0..20 {
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         untouched().await;
     }
-    // Kubernetes' PV controller binds a volume whose claim still names it back to that
-    // claim: the claim keeps its volume, and deleting it later is an ordinary release.
     if untouched().await.spec.unwrap().claim_ref.is_some() {
         return;
     }
