@@ -123,6 +123,31 @@ fn run(c: &Case<'_>, now: &str, provisioning: bool) -> VolumePlan {
     })
 }
 
+/// What the controller hands the planner once it read the claim and the record from the API
+/// server: no Jobs, the claim at the claimRef gone.
+fn read_inputs<'a>(
+    pv: &'a PersistentVolume,
+    record: Option<&'a ConfigMap>,
+    named_by_claim: bool,
+) -> VolumeInputs<'a> {
+    VolumeInputs {
+        pv,
+        record,
+        provision_jobs: vec![],
+        provisioner_name: P,
+        claim: None,
+        named_by_claim,
+        claim_confirmed: true,
+        record_read: true,
+        provisioning: false,
+        jobs: vec![],
+        pods: vec![],
+        retry_base: Duration::from_secs(10),
+        job_ttl_seconds: 60,
+        now: "2026-01-01T00:00:04Z".parse().unwrap(),
+    }
+}
+
 fn check(c: &Case<'_>, p: &VolumePlan) {
     assert_eq!(p.state, c.state, "{}: state", c.name);
     let ok = match (&c.step, &p.step) {
@@ -596,22 +621,7 @@ fn a_volume_without_its_record_is_kept_and_reported() {
     let real = pv("Delete", "Bound", json!({"metadata": {"uid": "real-uid"}}));
     let theirs = crate::record::build_record(&real, &recipe(), None, "{}").unwrap();
     for record in [None, Some(&theirs)] {
-        let p = plan_volume(&VolumeInputs {
-            pv: &released,
-            record,
-            provision_jobs: vec![],
-            provisioner_name: P,
-            claim: None,
-            named_by_claim: false,
-            claim_confirmed: true,
-            record_read: true,
-            provisioning: false,
-            jobs: vec![],
-            pods: vec![],
-            retry_base: Duration::from_secs(10),
-            job_ttl_seconds: 60,
-            now: "2026-01-01T00:00:04Z".parse().unwrap(),
-        });
+        let p = plan_volume(&read_inputs(&released, record, false));
         assert_eq!(p.step, VolumeStep::Ignore, "{record:?}");
         assert_eq!(p.notices.len(), 1);
         assert!(
@@ -719,20 +729,9 @@ fn a_re_pointed_claim_ref_or_a_claim_naming_the_volume_destroys_nothing() {
         let record = crate::record::build_record(&volume, &recipe(), None, "{}");
         for confirmed in [false, true] {
             let p = plan_volume(&VolumeInputs {
-                pv: &volume,
-                record: record.as_ref(),
-                provision_jobs: vec![],
-                provisioner_name: P,
-                claim: None,
-                named_by_claim: named,
                 claim_confirmed: confirmed,
                 record_read: confirmed,
-                provisioning: false,
-                jobs: vec![],
-                pods: vec![],
-                retry_base: Duration::from_secs(10),
-                job_ttl_seconds: 60,
-                now: "2026-01-01T00:00:04Z".parse().unwrap(),
+                ..read_inputs(&volume, record.as_ref(), named)
             });
             assert_eq!(p.state, VolumeState::HandedOver, "{name}");
             assert_eq!(p.step, VolumeStep::Ignore, "{name}");
@@ -748,21 +747,6 @@ fn a_re_pointed_claim_ref_or_a_claim_naming_the_volume_destroys_nothing() {
     // The claim it was made for, released and gone, nobody naming it: deprovisioned.
     let released = pv("Delete", "Released", json!({}));
     let record = crate::record::build_record(&released, &recipe(), None, "{}");
-    let p = plan_volume(&VolumeInputs {
-        pv: &released,
-        record: record.as_ref(),
-        provision_jobs: vec![],
-        provisioner_name: P,
-        claim: None,
-        named_by_claim: false,
-        claim_confirmed: true,
-        record_read: true,
-        provisioning: false,
-        jobs: vec![],
-        pods: vec![],
-        retry_base: Duration::from_secs(10),
-        job_ttl_seconds: 60,
-        now: "2026-01-01T00:00:04Z".parse().unwrap(),
-    });
+    let p = plan_volume(&read_inputs(&released, record.as_ref(), false));
     assert_eq!(p.state, VolumeState::Released);
 }
