@@ -167,41 +167,147 @@ pub fn trim_meta<K: kube::Resource>(o: &mut K) {
     }
 }
 
-/// A claim another provisioner serves is kept as little more than its name, uid, class
-/// and provisioner annotations: it is looked at only to see that it is not ours. When a
-/// class (and so the provisioner annotation) comes, the change brings the whole claim back.
+/// At most this many bytes of a claim's labels and annotations (keys and values) are
+/// cached; a claim's author may write 256 KiB of annotations, and its labels without limit.
+pub const CLAIM_METADATA_BUDGET: usize = 16 * 1024;
+/// A list or selector a claim's author writes is cached whole up to this size.
+const CLAIM_LIST_BUDGET: usize = 2 * 1024;
+/// The longest value of an annotation the controller reads (names, digits, digests are
+/// all shorter); a longer one is cached as its beginning and an ellipsis, which no valid
+/// value contains.
+const VALUE_BUDGET: usize = 256;
+/// Set on a cached claim whose record was cut short: a decision that needs what was cut
+/// reads the claim whole from the API server (see `reconcile`).
+pub const ANN_CUT_SHORT: &str = "flex-provisioner.io/cached-record-cut-short";
+
+/// Whether the cached claim lacks some of its labels, annotations or lists.
+pub fn is_cut_short(c: &PersistentVolumeClaim) -> bool {
+    c.annotations().contains_key(ANN_CUT_SHORT)
+}
+
+/// The annotations decisions read from a claim whatever its size: Kubernetes' hand-over
+/// and class, the selected node, and this provisioner's own bookkeeping.
+fn read_by_decisions(key: &str) -> bool {
+    key == ANN_STORAGE_PROVISIONER
+        || key == ANN_STORAGE_PROVISIONER_BETA
+        || key == flex_core::claim::BETA_CLASS_ANNOTATION
+        || key == crate::names::ANN_SELECTED_NODE
+        || key.starts_with(crate::names::PREFIX)
+}
+
+fn bounded_value(v: &mut String) {
+    if v.len() > VALUE_BUDGET {
+        let mut end = 64;
+        while !v.is_char_boundary(end) {
+            end -= 1;
+        }
+        v.truncate(end);
+        v.push('\u{2026}');
+    }
+}
+
+fn json_len(v: &impl serde::Serialize) -> usize {
+    serde_json::to_string(v).map_or(0, |s| s.len())
+}
+
+/// Every claim is cached as a bounded record, whatever its author wrote into it, because
+/// the cache holds every claim of the cluster and any user may create claims:
+/// - a claim Kubernetes handed to another provisioner (or to none yet) keeps little more
+///   than its name, uid, class and provisioner annotations: it is looked at only to see
+///   that it is not ours, and the hand-over's write brings the whole claim back;
+/// - a claim handed to us keeps its labels and annotations up to
+///   [`CLAIM_METADATA_BUDGET`] and its lists up to [`CLAIM_LIST_BUDGET`]; past that, the
+///   record keeps what decisions read and says it was cut ([`ANN_CUT_SHORT`]).
+///
+/// Whether a claim is ours is decided by its class (`plan::claim::is_ours`), never here:
+/// the hand-over annotation only says which record to keep.
 pub fn trim_claim(provisioner: &str) -> impl Fn(&mut PersistentVolumeClaim) + Send + 'static {
     let provisioner = provisioner.to_owned();
     move |c| {
         trim_meta(c);
-        let ours = [ANN_STORAGE_PROVISIONER, ANN_STORAGE_PROVISIONER_BETA]
+        let handed_to_us = [ANN_STORAGE_PROVISIONER, ANN_STORAGE_PROVISIONER_BETA]
             .iter()
             .any(|k| c.annotations().get(*k) == Some(&provisioner));
-        if ours {
-            return;
+        if handed_to_us {
+            cut_to_budget(c);
+        } else {
+            keep_identity(c);
         }
-        let m = &mut c.metadata;
+    }
+}
+
+fn keep_identity(c: &mut PersistentVolumeClaim) {
+    let m = &mut c.metadata;
+    m.labels = None;
+    m.finalizers = None;
+    m.owner_references = None;
+    if let Some(a) = m.annotations.as_mut() {
+        a.retain(|k, _| {
+            k == ANN_STORAGE_PROVISIONER
+                || k == ANN_STORAGE_PROVISIONER_BETA
+                || k == flex_core::claim::BETA_CLASS_ANNOTATION
+        });
+        a.values_mut().for_each(bounded_value);
+    }
+    if let Some(s) = c.spec.as_mut() {
+        s.selector = None;
+        s.data_source = None;
+        s.data_source_ref = None;
+        s.resources = None;
+        s.access_modes = None;
+    }
+    c.status = c.status.take().map(|s| PersistentVolumeClaimStatus {
+        phase: s.phase,
+        ..Default::default()
+    });
+}
+
+fn cut_to_budget(c: &mut PersistentVolumeClaim) {
+    let mut cut = false;
+    let m = &mut c.metadata;
+    let metadata_bytes: usize = [m.labels.as_ref(), m.annotations.as_ref()]
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|(k, v)| k.len() + v.len())
+        .sum();
+    if metadata_bytes > CLAIM_METADATA_BUDGET {
+        cut = true;
         m.labels = None;
-        m.finalizers = None;
-        m.owner_references = None;
         if let Some(a) = m.annotations.as_mut() {
-            a.retain(|k, _| {
-                k == ANN_STORAGE_PROVISIONER
-                    || k == ANN_STORAGE_PROVISIONER_BETA
-                    || k == flex_core::claim::BETA_CLASS_ANNOTATION
-            });
+            a.retain(|k, _| read_by_decisions(k));
+            a.values_mut().for_each(bounded_value);
         }
-        if let Some(s) = c.spec.as_mut() {
-            s.selector = None;
-            s.data_source = None;
-            s.data_source_ref = None;
-            s.resources = None;
+    }
+    if json_len(&m.finalizers) > CLAIM_LIST_BUDGET {
+        cut = true;
+        m.finalizers = None;
+    }
+    if json_len(&m.owner_references) > CLAIM_LIST_BUDGET {
+        cut = true;
+        m.owner_references = None;
+    }
+    if let Some(s) = c.spec.as_mut() {
+        // Only whether a selector is set is read (a dynamically provisioned claim may not
+        // have one).
+        if json_len(&s.selector) > CLAIM_LIST_BUDGET {
+            cut = true;
+            s.selector = Some(Default::default());
+        }
+        if json_len(&s.access_modes) > CLAIM_LIST_BUDGET {
+            cut = true;
             s.access_modes = None;
         }
-        c.status = c.status.take().map(|s| PersistentVolumeClaimStatus {
-            phase: s.phase,
-            ..Default::default()
-        });
+        if json_len(&s.resources) > CLAIM_LIST_BUDGET {
+            cut = true;
+            s.resources = None;
+        }
+    }
+    if cut {
+        c.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(ANN_CUT_SHORT.to_owned(), "true".to_owned());
     }
 }
 
@@ -327,6 +433,61 @@ mod tests {
                    "status": {"phase": "Bound"}})
         );
         assert_eq!(claim_keys(&c), ["class/other", "volume/pv-1"]);
+    }
+
+    /// A claim's author may write 256 KiB of annotations and labels without end, and name
+    /// any provisioner in them: whatever they write, the cached record stays small, keeps
+    /// what decisions read, and says when it was cut.
+    #[test]
+    fn every_claim_is_cached_as_a_bounded_record() {
+        let big = "x".repeat(250 * 1024);
+        let hostile = |provisioner: &str| -> PersistentVolumeClaim {
+            serde_json::from_value(json!({
+                "metadata": {"name": "c", "namespace": "a", "uid": "u",
+                             "labels": {"team": "alpha", "l": big},
+                             "finalizers": vec!["example.com/f"; 400],
+                             "annotations": {ANN_STORAGE_PROVISIONER: provisioner, "big": big,
+                                             "volume.kubernetes.io/selected-node": "node-a",
+                                             "flex-provisioner.io/attempt": big}},
+                "spec": {"storageClassName": "fast",
+                         "selector": {"matchExpressions": [{"key": "k", "operator": "In", "values": vec!["v"; 2000]}]},
+                         "resources": {"requests": {"storage": "1Gi"}}},
+                "status": {"phase": "Pending"}
+            }))
+            .unwrap()
+        };
+        for provisioner in ["me", "other.example.com", big.as_str()] {
+            let mut c = hostile(provisioner);
+            trim_claim("me")(&mut c);
+            let size = serde_json::to_string(&c).unwrap().len();
+            assert!(size < 2048, "{provisioner:.20}: {size} bytes cached");
+        }
+        let mut c = hostile("me");
+        trim_claim("me")(&mut c);
+        assert!(is_cut_short(&c));
+        let a = c.annotations();
+        assert_eq!(a[ANN_STORAGE_PROVISIONER], "me");
+        assert_eq!(a["volume.kubernetes.io/selected-node"], "node-a");
+        assert!(a["flex-provisioner.io/attempt"].ends_with('\u{2026}'));
+        assert!(!a.contains_key("big") && c.labels().is_empty());
+        assert_eq!(c.metadata.finalizers, None);
+        let spec = c.spec.as_ref().unwrap();
+        assert_eq!(
+            spec.selector,
+            Some(Default::default()),
+            "a selector stays set"
+        );
+        assert_eq!(spec.storage_class_name.as_deref(), Some("fast"));
+        // One of ours within the budget is kept whole, and is not marked.
+        let mut small = hostile("me");
+        small.metadata.labels = Some([("team".into(), "alpha".into())].into());
+        small.metadata.annotations = Some([(ANN_STORAGE_PROVISIONER.into(), "me".into())].into());
+        small.metadata.finalizers = None;
+        small.spec.as_mut().unwrap().selector = None;
+        let whole = small.clone();
+        trim_claim("me")(&mut small);
+        assert_eq!(small, whole);
+        assert!(!is_cut_short(&small));
     }
 
     #[test]

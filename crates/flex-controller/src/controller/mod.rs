@@ -42,6 +42,12 @@ pub use context::{Caches, Context};
 /// kube-runtime's scheduler as a key each.
 const RECONCILES_AT_ONCE: u16 = 64;
 
+/// Claims are listed in pages of this many: any user may write 256 KiB of annotations into
+/// each of their claims, and a page is held whole (as the response and as parsed objects)
+/// before each claim is cut to its cached record. kube's default of 500 made a restart
+/// among 2,000 such claims peak at 541 MiB.
+const CLAIM_PAGE_SIZE: u32 = 50;
+
 use crate::names::{
     ANN_CLAIM, CONFIG_TYPE_VALUE, LABEL_CONFIG_CLASS, LABEL_CONFIG_TYPE, LABEL_MANAGED_BY,
     MANAGED_BY_VALUE,
@@ -398,7 +404,7 @@ async fn act(
 
     let (claims, claims_stream) = reflect(
         Api::<PersistentVolumeClaim>::all(client.clone()),
-        watcher::Config::default(),
+        watcher::Config::default().page_size(CLAIM_PAGE_SIZE),
         caches::trim_claim(&provisioner),
         caches::claim_keys,
         Compact::new,

@@ -17,9 +17,7 @@ use super::context::Context;
 use super::{create_or_adopt, gone_is_done};
 use crate::claim::{ClaimRequest, NodeInfo};
 use crate::job::{JobOutcome, ProvisionContext, outcome, provision_job};
-use crate::names::{
-    ANN_SELECTED_NODE, ANN_STORAGE_PROVISIONER, ANN_STORAGE_PROVISIONER_BETA, pv_name,
-};
+use crate::names::{ANN_SELECTED_NODE, pv_name};
 use crate::plan::claim::{
     ANN_ATTEMPT, ANN_GAVE_UP, ANN_INPUTS, ClaimInputs, ConfigState, Step, inputs_hash,
     plan_claim_with,
@@ -55,6 +53,33 @@ pub async fn reconcile(
     let class = crate::claim::class_of(&claim)
         .unwrap_or_default()
         .to_owned();
+    let class_provisioner = ctx
+        .caches
+        .classes
+        .get(&ObjectRef::new(&class))
+        .map(|c| c.provisioner.clone());
+    let ours =
+        crate::plan::claim::is_ours(&claim, class_provisioner.as_deref(), &opts.provisioner_name);
+    // The cache holds a bounded record of each claim (see `caches::trim_claim`); a claim of
+    // ours that did not fit is read whole, since its templates and the digest of its inputs
+    // read every label and annotation.
+    let claim = match ours && super::caches::is_cut_short(&claim) {
+        false => claim,
+        true => match Api::<PersistentVolumeClaim>::namespaced(
+            ctx.client.clone(),
+            &claim.namespace().unwrap_or_default(),
+        )
+        .get_opt(&claim.name_any())
+        .await?
+        {
+            Some(mut whole) if whole.metadata.uid.as_deref() == Some(uid.as_str()) => {
+                super::caches::trim_meta(&mut whole);
+                Arc::new(whole)
+            }
+            // Deleted (or replaced) since: its own watch event brings what follows.
+            _ => return Ok(Action::await_change()),
+        },
+    };
     let (resolved, report) = ctx.configs.resolve(
         &class,
         &opts.parse_options(),
@@ -100,9 +125,6 @@ pub async fn reconcile(
     }
     // Rendering is CPU work bounded by its budget (time and bytes): it runs on a blocking
     // thread, so a hostile template or claim never stalls the reconciles of other classes.
-    let ours = [ANN_STORAGE_PROVISIONER, ANN_STORAGE_PROVISIONER_BETA]
-        .iter()
-        .any(|k| claim.annotations().get(*k) == Some(&opts.provisioner_name));
     let request = ClaimRequest::from_claim(&claim);
     let rendered = match (&resolved, &request) {
         (Resolved::Ready(c), Ok(req)) if ours => {
@@ -166,6 +188,7 @@ pub async fn reconcile(
         let inputs = ClaimInputs {
             claim: &claim,
             provisioner_name: &opts.provisioner_name,
+            class_provisioner: class_provisioner.as_deref(),
             config,
             jobs: jobs.iter().map(AsRef::as_ref).collect(),
             pods: pods.iter().map(AsRef::as_ref).collect(),

@@ -47,6 +47,9 @@ pub enum ConfigState<'a> {
 pub struct ClaimInputs<'a> {
     pub claim: &'a PersistentVolumeClaim,
     pub provisioner_name: &'a str,
+    /// The provisioner the claim's StorageClass names, as the class cache has it (`None`:
+    /// no such class). What makes a claim ours: a cluster admin's class, never the claim.
+    pub class_provisioner: Option<&'a str>,
     pub config: ConfigState<'a>,
     /// The provisioning Jobs labelled with this claim's uid, and their pods.
     pub jobs: Vec<&'a Job>,
@@ -209,10 +212,20 @@ fn made_by_attempt(pv: &PersistentVolume, jobs: &[&Job]) -> bool {
         .any(|started| started.0 <= created.0)
 }
 
-fn is_ours(claim: &PersistentVolumeClaim, provisioner: &str) -> bool {
-    annotation(claim, ANN_STORAGE_PROVISIONER)
-        .or_else(|| annotation(claim, ANN_STORAGE_PROVISIONER_BETA))
-        == Some(provisioner)
+/// A claim is ours when its StorageClass (annotation first, as Kubernetes reads it) names
+/// this provisioner. The claim's own `storage-provisioner` annotation, which the PV
+/// controller writes once no existing volume matched (and, for WaitForFirstConsumer, once
+/// a node is selected), is the hand-over: required, but never enough, since the claim's
+/// author can write it too.
+pub fn is_ours(
+    claim: &PersistentVolumeClaim,
+    class_provisioner: Option<&str>,
+    provisioner: &str,
+) -> bool {
+    class_provisioner == Some(provisioner)
+        && annotation(claim, ANN_STORAGE_PROVISIONER)
+            .or_else(|| annotation(claim, ANN_STORAGE_PROVISIONER_BETA))
+            == Some(provisioner)
 }
 
 /// How far the claim is: still to provision, already bound to the volume we make for it
@@ -381,7 +394,7 @@ pub fn plan_claim_with(
     rendered: Option<Result<Rendered, RenderFailure>>,
 ) -> Plan {
     let stage = stage(i.claim);
-    if stage == Stage::Other || !is_ours(i.claim, i.provisioner_name) {
+    if stage == Stage::Other || !is_ours(i.claim, i.class_provisioner, i.provisioner_name) {
         return plan(Step::Ignore, vec![]);
     }
     // Past provisioning, problems are no longer the user's to fix: stay quiet.

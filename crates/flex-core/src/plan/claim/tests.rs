@@ -104,6 +104,7 @@ struct Case<'a> {
     now: &'a str,
     source: Option<crate::source::SourceData>,
     created: Option<u32>,
+    class_provisioner: Option<&'a str>,
 }
 
 fn case(config: &ClassConfig) -> Case<'_> {
@@ -119,6 +120,7 @@ fn case(config: &ClassConfig) -> Case<'_> {
         now: "2026-01-01T00:00:05Z",
         source: None,
         created: None,
+        class_provisioner: Some(P),
     }
 }
 
@@ -126,6 +128,7 @@ fn run(c: &Case<'_>) -> Plan {
     plan_claim(&ClaimInputs {
         claim: &c.claim,
         provisioner_name: P,
+        class_provisioner: c.class_provisioner,
         config: c.config,
         jobs: c.jobs.iter().collect(),
         pods: c.pods.iter().collect(),
@@ -178,6 +181,24 @@ fn claims_that_are_not_ours_or_not_pending_are_ignored() {
         })),
         Some(1),
         "the beta annotation counts too"
+    );
+}
+
+/// The claim's author writes its annotations: naming this provisioner on a claim whose class
+/// is another provisioner's, or that has no class we know, makes nothing of ours.
+#[test]
+fn a_claim_is_ours_by_its_class_never_by_its_own_annotation() {
+    let cfg = config(json!({}), "Immediate");
+    for class in [Some("example.com/other"), None] {
+        let c = Case {
+            class_provisioner: class,
+            ..case(&cfg)
+        };
+        assert_eq!(run(&c).step, Step::Ignore, "{class:?}");
+    }
+    assert!(
+        starts(&run(&case(&cfg))).is_some(),
+        "our class, handed over"
     );
 }
 
