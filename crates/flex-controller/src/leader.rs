@@ -4,6 +4,7 @@
 //! anyone may take over); a standby judges expiry by its own clock, counting the lease
 //! duration from when it last saw the record change, never from the holder's timestamps.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -11,6 +12,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Client;
 use kube::api::{Api, ObjectMeta, PostParams};
 use tokio::time::Instant;
+
+use crate::fence::Fence;
 
 /// client-go's defaults (and kube-controller-manager's).
 pub const LEASE_DURATION: Duration = Duration::from_secs(15);
@@ -29,6 +32,11 @@ pub struct LeaderOptions {
     pub renew_deadline: Duration,
     /// How often the holder renews and a standby tries.
     pub retry_period: Duration,
+    /// How the renewing thread reaches the API server: a connection of its own, on its own
+    /// thread and runtime, so that no amount of work on the controller's runtime delays a
+    /// renewal. `None`: the controller's client (whose connection lives on the controller's
+    /// runtime; the write fence still holds, but a pinned runtime then costs the lease).
+    pub connection: Option<kube::Config>,
 }
 
 impl LeaderOptions {
@@ -41,6 +49,7 @@ impl LeaderOptions {
             lease_duration: LEASE_DURATION,
             renew_deadline: RENEW_DEADLINE,
             retry_period: RETRY_PERIOD,
+            connection: None,
         }
     }
 
@@ -202,15 +211,17 @@ pub async fn check_namespace(client: &Client, o: &LeaderOptions) -> crate::Resul
     }
 }
 
-/// Waits until this instance holds the lease.
-pub async fn acquire(client: &Client, o: &LeaderOptions) {
+/// Waits until this instance holds the lease; returns when the winning request was sent
+/// (the renew deadline counts from there: the API server wrote the record later).
+pub async fn acquire(client: &Client, o: &LeaderOptions) -> std::time::Instant {
     let api: Api<Lease> = Api::namespaced(client.clone(), &o.namespace);
     let mut observer = Observer::default();
     loop {
+        let sent = std::time::Instant::now();
         match try_hold(&api, o, &mut observer).await {
             Ok(true) => {
                 tracing::info!(identity = %o.identity, "acquired leadership");
-                return;
+                return sent;
             }
             Ok(false) => tracing::debug!("another instance leads; waiting"),
             Err(e) => tracing::warn!(error = %e, "cannot read the leader lease"),
@@ -219,19 +230,81 @@ pub async fn acquire(client: &Client, o: &LeaderOptions) {
     }
 }
 
+/// The lease, renewed on a thread of its own while the controllers act.
+pub struct Holder {
+    lost: tokio::sync::oneshot::Receiver<()>,
+    /// Dropped with the holder: the thread stops renewing.
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Holder {
+    /// Starts renewing every retry period on a new thread with its own runtime (and, with
+    /// `o.connection`, its own connection), moving `fence` on after every renewal and
+    /// closing it when leadership is lost.
+    pub fn start(client: &Client, o: &LeaderOptions, fence: Arc<Fence>) -> std::io::Result<Self> {
+        let (lost_tx, lost) = tokio::sync::oneshot::channel();
+        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let (client, o) = (client.clone(), o.clone());
+        std::thread::Builder::new()
+            .name("leader-lease".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot start the lease thread's runtime");
+                        fence.close();
+                        let _ = lost_tx.send(());
+                        return;
+                    }
+                };
+                runtime.block_on(async move {
+                    let client = match o.connection.clone().map(crate::throttle::client) {
+                        Some(Ok(own)) => own,
+                        Some(Err(e)) => {
+                            tracing::warn!(error = %e, "cannot connect the lease thread; it shares the controller's client");
+                            client
+                        }
+                        None => client,
+                    };
+                    tokio::select! {
+                        _ = hold(&client, &o, &fence) => {
+                            fence.close();
+                            let _ = lost_tx.send(());
+                        }
+                        _ = stop_rx => {}
+                    }
+                });
+            })?;
+        Ok(Holder { lost, _stop: stop })
+    }
+
+    /// Completes when leadership is lost (the fence is closed by then).
+    pub async fn lost(&mut self) {
+        let _ = (&mut self.lost).await;
+    }
+}
+
 /// Renews the lease every retry period; returns when leadership is lost, or when no renewal
 /// succeeded within the renew deadline (the caller must stop acting at once: a standby may
-/// take over once the lease duration has passed since the last renewal it saw).
-pub async fn hold(client: &Client, o: &LeaderOptions) {
+/// take over once the lease duration has passed since the last renewal it saw). Every
+/// renewal moves the fence on to the renew deadline counted from when it was sent.
+pub async fn hold(client: &Client, o: &LeaderOptions, fence: &Fence) {
     let api: Api<Lease> = Api::namespaced(client.clone(), &o.namespace);
     let mut observer = Observer::default();
     let mut last_renewed = Instant::now();
     loop {
         tokio::time::sleep(o.retry_period).await;
         let left = o.renew_deadline.saturating_sub(last_renewed.elapsed());
+        let sent = Instant::now();
         let attempt = tokio::time::timeout(left, try_hold(&api, o, &mut observer)).await;
         match attempt {
-            Ok(Ok(true)) => last_renewed = Instant::now(),
+            Ok(Ok(true)) => {
+                last_renewed = sent;
+                fence.extend_to((sent + o.renew_deadline).into_std());
+            }
             Ok(Ok(false)) => {
                 tracing::error!("leadership lost to another instance");
                 return;

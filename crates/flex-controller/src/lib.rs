@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod controller;
+pub mod fence;
 pub mod http;
 pub mod leader;
 pub mod metrics;
@@ -24,6 +25,8 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("leadership was lost; stopping so that only the new leader acts")]
     LeadershipLost,
+    #[error("cannot start the thread that renews the leader Lease: {0}")]
+    LeaseThread(std::io::Error),
     #[error(
         "the namespace {namespace:?} of the leader Lease does not exist: pass --namespace (env POD_NAMESPACE) naming an existing namespace where the controller may hold its Lease, or --no-leader-elect when only one instance can ever run"
     )]
@@ -41,6 +44,7 @@ impl Error {
             Error::Core(e) => e.category(),
             Error::Kube(_) => "api",
             Error::LeadershipLost
+            | Error::LeaseThread(_)
             | Error::LeaseNamespaceMissing { .. }
             | Error::LeaseForbidden { .. } => "leader",
         }

@@ -3,11 +3,8 @@
 //! a burst of claims must not turn into a burst of requests that everyone else's share of
 //! the API server pays for.
 
-use std::future::Future;
 use std::num::NonZeroU32;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 
@@ -29,71 +26,26 @@ impl Default for Limits {
     }
 }
 
-/// A tower layer: every request waits for a token first. A watch is one request (when it
-/// is opened), as in client-go.
+/// The token bucket every request of the controllers waits on (in `fence::FencedService`,
+/// just before the write fence is checked). A watch is one request (when it is opened),
+/// as in client-go.
 #[derive(Clone)]
-pub struct ThrottleLayer {
-    limiter: Arc<DefaultDirectRateLimiter>,
+pub struct Limiter {
+    bucket: Arc<DefaultDirectRateLimiter>,
 }
 
-impl ThrottleLayer {
+impl Limiter {
     pub fn new(limits: Limits) -> Self {
-        ThrottleLayer {
-            limiter: Arc::new(RateLimiter::direct(
+        Limiter {
+            bucket: Arc::new(RateLimiter::direct(
                 Quota::per_second(limits.qps).allow_burst(limits.burst),
             )),
         }
     }
-}
 
-impl<S> tower::Layer<S> for ThrottleLayer {
-    type Service = Throttle<S>;
-    fn layer(&self, inner: S) -> Throttle<S> {
-        Throttle {
-            inner,
-            limiter: self.limiter.clone(),
-            waiting: None,
-            permitted: false,
-        }
-    }
-}
-
-type Wait = Pin<Box<dyn Future<Output = ()> + Send>>;
-
-/// Holds a token before it reports ready, so the one request `call` sends is paid for.
-pub struct Throttle<S> {
-    inner: S,
-    limiter: Arc<DefaultDirectRateLimiter>,
-    waiting: Option<Wait>,
-    permitted: bool,
-}
-
-impl<S, R> tower::Service<R> for Throttle<S>
-where
-    S: tower::Service<R>,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        if !self.permitted {
-            let limiter = self.limiter.clone();
-            let wait = self
-                .waiting
-                .get_or_insert_with(|| Box::pin(async move { limiter.until_ready().await }));
-            if wait.as_mut().poll(cx).is_pending() {
-                return Poll::Pending;
-            }
-            self.waiting = None;
-            self.permitted = true;
-        }
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: R) -> Self::Future {
-        self.permitted = false;
-        self.inner.call(req)
+    /// Waits for a token.
+    pub async fn until_ready(&self) {
+        self.bucket.until_ready().await
     }
 }
 
@@ -101,8 +53,8 @@ where
 /// per-client metrics read it).
 pub const USER_AGENT: &str = concat!("flex-provisioner/", env!("CARGO_PKG_VERSION"));
 
-/// A client for `config` whose requests are limited to `limits` and carry `USER_AGENT`.
-pub fn client(config: kube::Config, limits: Limits) -> Result<kube::Client, kube::Error> {
+/// A client for `config` whose requests carry `USER_AGENT`.
+pub fn client(config: kube::Config) -> Result<kube::Client, kube::Error> {
     let name = tower::util::MapRequestLayer::new(|mut r: http::Request<kube::client::Body>| {
         r.headers_mut().insert(
             http::header::USER_AGENT,
@@ -112,7 +64,6 @@ pub fn client(config: kube::Config, limits: Limits) -> Result<kube::Client, kube
     });
     Ok(kube::client::ClientBuilder::try_from(config)?
         .with_layer(&name)
-        .with_layer(&ThrottleLayer::new(limits))
         .build())
 }
 
@@ -120,25 +71,20 @@ pub fn client(config: kube::Config, limits: Limits) -> Result<kube::Client, kube
 mod tests {
     use super::*;
     use std::time::{Duration, Instant};
-    use tower::{Service, ServiceExt};
 
     #[tokio::test]
     async fn a_burst_goes_at_once_and_the_rest_at_the_rate() {
-        let limits = Limits {
+        let limiter = Limiter::new(Limits {
             qps: NonZeroU32::new(20).unwrap(),
             burst: NonZeroU32::new(5).unwrap(),
-        };
-        let mut svc = tower::Layer::layer(
-            &ThrottleLayer::new(limits),
-            tower::service_fn(|r: u32| async move { Ok::<_, std::convert::Infallible>(r) }),
-        );
+        });
         let start = Instant::now();
-        for i in 0..5 {
-            assert_eq!(svc.ready().await.unwrap().call(i).await.unwrap(), i);
+        for _ in 0..5 {
+            limiter.until_ready().await;
         }
         let burst = start.elapsed();
-        for i in 0..10 {
-            svc.ready().await.unwrap().call(i).await.unwrap();
+        for _ in 0..10 {
+            limiter.until_ready().await;
         }
         // Ten more at 20 per second need at least about half a second: a lower bound only
         // (a loaded machine may be slower, never faster).

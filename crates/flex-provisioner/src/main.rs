@@ -65,7 +65,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     qps: args.kube_api_qps,
                     burst: args.kube_api_burst,
                 };
-                let client = flex_controller::throttle::client(config, limits)
+                // The lease thread connects on its own (see `leader::Holder`).
+                let lease_connection = config.clone();
+                let client = flex_controller::throttle::client(config)
                     .context("cannot build the Kubernetes API client")?;
                 let secs = std::time::Duration::from_secs;
                 let leader =
@@ -73,6 +75,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         lease_duration: secs(args.lease_seconds),
                         renew_deadline: secs(args.renew_deadline_seconds),
                         retry_period: secs(args.retry_period_seconds),
+                        connection: Some(lease_connection),
                         ..flex_provisioner::leader::LeaderOptions::new(
                             &args.namespace,
                             "flex-provisioner",
@@ -93,6 +96,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     instance: args.instance,
                     metrics_addr: Some(args.metrics_addr),
                     leader,
+                    api_limits: Some(limits),
                 };
                 flex_provisioner::controller::run_until(client, opts, shutdown_signal())
                     .await

@@ -227,6 +227,7 @@ pub async fn run(args: &SandboxArgs) -> Result<(), SandboxError> {
             instance: "sandbox".into(),
             metrics_addr: None,
             leader: None,
+            api_limits: None,
         };
         tokio::spawn(async move {
             if let Err(e) = crate::controller::run(client, options).await {

@@ -623,6 +623,7 @@ async fn leader_election_lets_one_controller_act_and_fails_over() {
         lease_duration: std::time::Duration::from_secs(2),
         renew_deadline: std::time::Duration::from_millis(1500),
         retry_period: std::time::Duration::from_millis(500),
+        connection: None,
     };
     let holder = |sb: &common::cluster::Cluster| {
         let leases: kube::Api<Lease> = kube::Api::namespaced(sb.client().unwrap(), CONTROLLER_NS);

@@ -71,6 +71,9 @@ pub struct Options {
     pub metrics_addr: Option<std::net::SocketAddr>,
     /// Leader election: only the lease holder acts (`None`: act at once, alone).
     pub leader: Option<crate::leader::LeaderOptions>,
+    /// Client-side rate limit of the controllers' requests (`--kube-api-qps`,
+    /// `--kube-api-burst`; `None`: unlimited).
+    pub api_limits: Option<crate::throttle::Limits>,
 }
 
 impl Options {
@@ -315,17 +318,24 @@ async fn act(
     health: Arc<crate::http::Health>,
 ) -> crate::Result<()> {
     preflight(&client, &opts).await?;
-    if let Some(l) = &opts.leader {
-        health
-            .standby
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-        crate::leader::acquire(&client, l).await;
-        health
-            .standby
-            .store(false, std::sync::atomic::Ordering::Relaxed);
-    }
+    let fence = match &opts.leader {
+        Some(l) => {
+            health
+                .standby
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            let won = crate::leader::acquire(&client, l).await;
+            health
+                .standby
+                .store(false, std::sync::atomic::Ordering::Relaxed);
+            crate::fence::Fence::until(won + l.renew_deadline)
+        }
+        None => crate::fence::Fence::open(),
+    };
     let leader = opts.leader.clone();
     let lease_client = client.clone();
+    // Every write of the controllers passes the fence; the lease's own requests do not.
+    let limiter = opts.api_limits.map(crate::throttle::Limiter::new);
+    let client = crate::fence::fenced(client, fence.clone(), limiter);
     let ours = format!("{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}");
     let cfg_selector = format!("{LABEL_CONFIG_TYPE}={CONFIG_TYPE_VALUE}");
     let provisioner = opts.provisioner_name.clone();
@@ -543,9 +553,11 @@ async fn act(
     };
     match leader {
         Some(l) => {
+            let mut holder = crate::leader::Holder::start(&lease_client, &l, fence)
+                .map_err(crate::Error::LeaseThread)?;
             tokio::select! {
                 _ = controllers => Ok(()),
-                _ = crate::leader::hold(&lease_client, &l) => Err(crate::Error::LeadershipLost),
+                _ = holder.lost() => Err(crate::Error::LeadershipLost),
             }
         }
         None => {

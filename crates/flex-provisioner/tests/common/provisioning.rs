@@ -74,6 +74,10 @@ fn images() -> Vec<(&'static str, String)> {
         ),
         ("perm", "echo \"perm: pool gold does not exist\" > \"$TERMINATION_LOG\"\nexit 2".into()),
         ("no-pv", "exit 0".into()),
+        // Runs long enough for a test to act while its Job runs.
+        ("long", format!("sleep 20\n{}", make_pv("volumes"))),
+        // A backend that is never there: every attempt fails, and is retried.
+        ("fails", "echo \"fails: backend unreachable\" > \"$TERMINATION_LOG\"\nexit 1".into()),
         // The original proposal's image: its own PV, written from the claim's fields, with
         // no pv.kubernetes.io/provisioned-by (deploy/'s policy accepts that).
         ("seed-pv", format!("{SEED_PV} | kubectl create -f -")),
@@ -176,6 +180,7 @@ pub fn options() -> Options {
         instance: "test".into(),
         metrics_addr: None,
         leader: None,
+        api_limits: None,
     }
 }
 
@@ -199,6 +204,11 @@ pub fn controller_with(sb: &Cluster, options: Options) -> JoinHandle<()> {
 /// A client acting as `system:serviceaccount:<ns>:<name>`, with a token from TokenRequest,
 /// for the cluster an admin's `config` reaches.
 pub async fn client_as(config: kube::Config, ns: &str, name: &str) -> kube::Client {
+    kube::Client::try_from(config_as(config, ns, name).await).unwrap()
+}
+
+/// The configuration of [`client_as`], for a client built with layers of its own.
+pub async fn config_as(config: kube::Config, ns: &str, name: &str) -> kube::Config {
     let admin = kube::Client::try_from(config.clone()).unwrap();
     let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(admin, ns);
     let answer: serde_json::Value = accounts
@@ -216,7 +226,7 @@ pub async fn client_as(config: kube::Config, ns: &str, name: &str) -> kube::Clie
         token: Some(token.into()),
         ..Default::default()
     };
-    kube::Client::try_from(config).unwrap()
+    config
 }
 
 /// A StorageClass of ours and its ConfigMap with `image` and extra keys.
