@@ -1,0 +1,295 @@
+//! End to end, on the sandbox and on a real control plane: what any user can write into
+//! their own claims (annotations naming this provisioner, 250 KB of metadata, an attempt
+//! number of four billion, a finalizer of their own) neither makes a claim ours, nor slows
+//! other users' claims, nor lets a second instance act.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::provisioning::*;
+use common::sandbox::eventually;
+use flex_provisioner::controller::Options;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use serde_json::json;
+
+const OURS: &str = flex_provisioner::names::DEFAULT_PROVISIONER_NAME;
+
+async fn create_claim(
+    sb: &common::cluster::Cluster,
+    body: serde_json::Value,
+) -> PersistentVolumeClaim {
+    Api::<PersistentVolumeClaim>::namespaced(sb.client().unwrap(), "default")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(body).unwrap(),
+        )
+        .await
+        .unwrap()
+}
+
+/// Events our controller reported about an object.
+async fn our_events_about(sb: &common::cluster::Cluster, name: &str) -> Vec<String> {
+    Api::<Event>::namespaced(sb.client().unwrap(), "default")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some(name))
+        .filter(|e| {
+            e.reporting_component.as_deref() == Some("flex-provisioner")
+                || e.source
+                    .as_ref()
+                    .and_then(|s| s.component.as_deref())
+                    .is_some_and(|c| c == "flex-provisioner")
+        })
+        .filter_map(|e| e.message)
+        .collect()
+}
+
+async fn jobs_for(sb: &common::cluster::Cluster, uid: &str) -> Vec<Job> {
+    Api::<Job>::namespaced(sb.client().unwrap(), NS)
+        .list(&ListParams::default().labels(&format!("flex-provisioner.io/claim-uid={uid}")))
+        .await
+        .unwrap()
+        .items
+}
+
+/// A claim's author names this provisioner in their claim's annotations, in a class that
+/// does not exist (so Kubernetes never overwrites it) or with no class at all: the claim is
+/// not ours, so nothing runs and nothing is said about it, while a claim of a class of ours
+/// binds beside it.
+#[tokio::test]
+async fn a_claim_naming_this_provisioner_itself_is_not_ours() {
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    class(&sb, "fast", "Immediate", "make-pv", json!({})).await;
+    let mut hostile = Vec::new();
+    for (name, class) in [("self-named", "no-such-class"), ("classless", "")] {
+        let c = create_claim(
+            &sb,
+            json!({"metadata": {"name": name, "annotations": {
+                        "volume.kubernetes.io/storage-provisioner": OURS,
+                        "volume.beta.kubernetes.io/storage-provisioner": OURS}},
+                   "spec": {"storageClassName": class, "accessModes": ["ReadWriteOnce"],
+                            "resources": {"requests": {"storage": "1Gi"}}}}),
+        )
+        .await;
+        hostile.push((name, c.uid().unwrap()));
+    }
+    claim(&sb, "good", "fast").await;
+    bound(&sb, "good", 60).await;
+    // Long enough for every watch event about them to have been reconciled.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for (name, uid) in hostile {
+        assert!(jobs_for(&sb, &uid).await.is_empty(), "{name}: a Job ran");
+        let said = our_events_about(&sb, name).await;
+        assert!(said.is_empty(), "{name}: the controller spoke: {said:?}");
+    }
+}
+
+/// A claim of ours with 200 KB of annotations is cached as a bounded record; its Job is
+/// still made from every label and annotation it has (read whole from the API server).
+#[tokio::test]
+async fn an_oversized_claim_of_ours_is_provisioned_from_all_it_holds() {
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    class(
+        &sb,
+        "fast",
+        "Immediate",
+        "make-pv",
+        json!({"team": "{{dnslabel claim.labels.team}}", "dir": "{{dnslabel claim.annotations.dir}}"}),
+    )
+    .await;
+    let c = create_claim(
+        &sb,
+        json!({"metadata": {"name": "heavy", "labels": {"team": "alpha"},
+                            "annotations": {"dir": "d1", "example.com/filler": "x".repeat(200 * 1024)}},
+               "spec": {"storageClassName": "fast", "accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": "1Gi"}}}}),
+    )
+    .await;
+    bound(&sb, "heavy", 60).await;
+    let jobs = jobs_for(&sb, &c.uid().unwrap()).await;
+    assert_eq!(jobs.len(), 1);
+    let env = jobs[0]
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0]
+        .env
+        .clone()
+        .unwrap();
+    let value = |name: &str| {
+        env.iter()
+            .find(|e| e.name == name)
+            .and_then(|e| e.value.clone())
+    };
+    assert_eq!(value("TEAM").as_deref(), Some("alpha"));
+    assert_eq!(value("DIR").as_deref(), Some("d1"));
+}
+
+/// Claims in `default` in phase Bound.
+async fn bound_count(sb: &common::cluster::Cluster) -> usize {
+    Api::<PersistentVolumeClaim>::namespaced(sb.client().unwrap(), "default")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
+        .count()
+}
+
+/// Creates `n` claims of `class` named `<prefix>NNN` and returns how long until `total`
+/// claims in `default` are Bound.
+async fn timed_burst(
+    sb: &common::cluster::Cluster,
+    prefix: &str,
+    n: usize,
+    class: &str,
+    total: usize,
+) -> Duration {
+    let t = Instant::now();
+    burst(sb, prefix, n, class).await;
+    eventually(300, &format!("{total} claims bound"), || async {
+        (bound_count(sb).await == total).then_some(())
+    })
+    .await;
+    t.elapsed()
+}
+
+/// Twenty users put their own finalizer on claims and delete them while their Jobs run:
+/// the controller's check of each such Job waits without holding anything, so eighty other
+/// claims bind as fast as eighty did before (plus 10 s for a noisy machine).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn twenty_claims_held_mid_job_do_not_slow_eighty_others() {
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    class(&sb, "fast", "Immediate", "make-pv", json!({})).await;
+    class(&sb, "long", "Immediate", "long", json!({})).await;
+    let alone = timed_burst(&sb, "a", 80, "fast", 80).await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(sb.client().unwrap(), "default");
+    for i in 0..20 {
+        create_claim(
+            &sb,
+            json!({"metadata": {"name": format!("held-{i:02}"), "finalizers": ["example.com/hold"]},
+                   "spec": {"storageClassName": "long", "accessModes": ["ReadWriteOnce"],
+                            "resources": {"requests": {"storage": "1Gi"}}}}),
+        )
+        .await;
+    }
+    eventually(60, "the held claims' Jobs to run", || async {
+        (jobs_of(&sb, "provision").await.len() >= 100).then_some(())
+    })
+    .await;
+    for i in 0..20 {
+        claims
+            .delete(&format!("held-{i:02}"), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    let beside_held = timed_burst(&sb, "b", 80, "fast", 160).await;
+    println!("80 claims alone: {alone:.1?}; beside 20 held mid-Job: {beside_held:.1?}");
+    assert!(
+        beside_held <= alone + Duration::from_secs(10),
+        "80 claims took {beside_held:?} beside 20 held claims, {alone:?} alone"
+    );
+    for i in 0..20 {
+        let held = claims.get(&format!("held-{i:02}")).await.unwrap();
+        assert!(
+            held.metadata.deletion_timestamp.is_some(),
+            "still held by its finalizer"
+        );
+    }
+}
+
+/// A claim's author writes attempt 4,000,000,000 on a claim whose image always fails,
+/// with a standby instance waiting for the lease: the number is ignored (with a warning),
+/// the failing claim's retries cost nothing that slows twenty healthy claims, and the
+/// leader keeps its lease throughout (a standby that took over would be a second writer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_attempt_of_four_billion_and_a_failing_image_slow_nothing() {
+    use flex_provisioner::leader::LeaderOptions;
+    let sb = sandbox().await;
+    let leader = |id: &str| LeaderOptions {
+        lease_duration: Duration::from_secs(4),
+        renew_deadline: Duration::from_secs(3),
+        retry_period: Duration::from_millis(500),
+        ..LeaderOptions::new(CONTROLLER_NS, "flex-provisioner", id)
+    };
+    let leases: Api<Lease> = Api::namespaced(sb.client().unwrap(), CONTROLLER_NS);
+    let _first = controller_with(
+        &sb,
+        Options {
+            leader: Some(leader("first")),
+            ..options()
+        },
+    );
+    let lease = eventually(20, "the first instance to lead", || async {
+        let l = leases.get_opt("flex-provisioner").await.ok()??;
+        (l.spec.as_ref()?.holder_identity.as_deref() == Some("first")).then_some(l)
+    })
+    .await;
+    let transitions = lease.spec.unwrap().lease_transitions;
+    let _second = controller_with(
+        &sb,
+        Options {
+            leader: Some(leader("second")),
+            ..options()
+        },
+    );
+    class(&sb, "fast", "Immediate", "make-pv", json!({})).await;
+    class(&sb, "broken", "Immediate", "fails", json!({})).await;
+    let alone = timed_burst(&sb, "a", 20, "fast", 20).await;
+    let hostile = create_claim(
+        &sb,
+        json!({"metadata": {"name": "four-billion",
+                            "annotations": {"flex-provisioner.io/attempt": "4000000000"}},
+               "spec": {"storageClassName": "broken", "accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": "1Gi"}}}}),
+    )
+    .await;
+    let uid = hostile.uid().unwrap();
+    wait_event(
+        &sb,
+        "four-billion",
+        "ProvisioningFailed",
+        "backend unreachable",
+        60,
+    )
+    .await;
+    let beside_hostile = timed_burst(&sb, "b", 20, "fast", 40).await;
+    println!("20 claims alone: {alone:.1?}; beside the hostile claim: {beside_hostile:.1?}");
+    assert!(
+        beside_hostile <= alone + Duration::from_secs(10),
+        "20 claims took {beside_hostile:?} beside the hostile claim, {alone:?} alone"
+    );
+    let attempts: Vec<u64> = jobs_for(&sb, &uid)
+        .await
+        .iter()
+        .filter_map(|j| j.labels().get("flex-provisioner.io/attempt")?.parse().ok())
+        .collect();
+    assert!(
+        !attempts.is_empty() && attempts.iter().all(|a| *a < 100),
+        "attempts counted from the controller's own record: {attempts:?}"
+    );
+    let said = our_events_about(&sb, "four-billion").await;
+    assert!(
+        said.iter().any(|m| m.contains("is ignored")),
+        "the author is told the number is ignored: {said:?}"
+    );
+    let now = leases.get("flex-provisioner").await.unwrap().spec.unwrap();
+    assert_eq!(now.holder_identity.as_deref(), Some("first"), "no takeover");
+    assert_eq!(now.lease_transitions, transitions, "no second leader");
+}
