@@ -518,6 +518,7 @@ fn build(input: JobInput<'_>) -> Job {
         Some(theirs) => pod_template::merge(&ours, theirs),
         None => ours,
     };
+    keep_container_hardening(&mut template);
     if recipe.no_api_token
         && let Some(spec) = template.spec.as_mut()
     {
@@ -563,6 +564,40 @@ fn build(input: JobInput<'_>) -> Job {
             ..Default::default()
         }),
         status: None,
+    }
+}
+
+/// A container `securityContext` in the pod-template replaces ours whole
+/// (config/pod_template.rs), but what it leaves unsaid of our two hardening fields stays: a
+/// template that only grants capabilities (`capabilities: {add: [CHOWN]}`) must not also
+/// bring back the runtime's default set (no `drop: [ALL]`) or privilege escalation. What it
+/// says is kept as said (`drop: []` drops nothing). A privileged container is left as it is:
+/// it holds every capability anyway, and the API server refuses `allowPrivilegeEscalation:
+/// false` beside `privileged: true` or an added CAP_SYS_ADMIN.
+fn keep_container_hardening(template: &mut PodTemplateSpec) {
+    let Some(container) = template
+        .spec
+        .as_mut()
+        .and_then(|s| s.containers.iter_mut().find(|c| c.name == CONTAINER_NAME))
+    else {
+        return;
+    };
+    let sc = container
+        .security_context
+        .get_or_insert_with(Default::default);
+    if sc.privileged == Some(true) {
+        return;
+    }
+    let caps = sc.capabilities.get_or_insert_with(Default::default);
+    if caps.drop.is_none() {
+        caps.drop = Some(vec!["ALL".to_owned()]);
+    }
+    let sys_admin = caps.add.iter().flatten().any(|c| {
+        let c = c.to_ascii_uppercase();
+        c == "SYS_ADMIN" || c == "CAP_SYS_ADMIN"
+    });
+    if sc.allow_privilege_escalation.is_none() && !sys_admin {
+        sc.allow_privilege_escalation = Some(false);
     }
 }
 
@@ -707,4 +742,109 @@ pub fn pods_of<'a>(
                 .any(|r| r.uid == uid)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The provisioner container's securityContext in a Job built with `pod_template`.
+    fn container_security(pod_template: Option<&str>) -> SecurityContext {
+        let recipe = JobRecipe {
+            namespace: "flex-provisioner-config".into(),
+            config: "flex-provisioner-config/hostpath".into(),
+            image: "hostpath:1".into(),
+            command: None,
+            args: None,
+            service_account: None,
+            node_selector: BTreeMap::new(),
+            node: None,
+            pod_template: pod_template.map(|t| pod_template::parse(t).unwrap()),
+            timeout_seconds: 60,
+            retries: 1,
+            permanent_exit_codes: BTreeSet::new(),
+            no_api_token: true,
+        };
+        let job = build(JobInput {
+            action: Action::Deprovision,
+            name: "job".into(),
+            attempt: 1,
+            claim_uid: "uid".into(),
+            volume: "pvc-uid".into(),
+            claim_ref: "default/data".into(),
+            storage_class: "local".into(),
+            recipe,
+            env: Vec::new(),
+            parameters: &BTreeMap::new(),
+            ttl_seconds: 60,
+        });
+        let pod = job.spec.unwrap().template.spec.unwrap();
+        pod.containers[0].security_context.clone().unwrap()
+    }
+
+    fn caps(sc: &SecurityContext) -> (Option<Vec<String>>, Option<Vec<String>>) {
+        let c = sc.capabilities.clone().unwrap_or_default();
+        (c.drop, c.add)
+    }
+
+    fn strings(v: &[&str]) -> Option<Vec<String>> {
+        Some(v.iter().map(|s| (*s).to_owned()).collect())
+    }
+
+    #[test]
+    fn without_a_container_security_context_ours_is_kept() {
+        for template in [None, Some("spec: {securityContext: {runAsUser: 0}}")] {
+            let sc = container_security(template);
+            assert_eq!(sc.allow_privilege_escalation, Some(false), "{template:?}");
+            assert_eq!(caps(&sc), (strings(&["ALL"]), None), "{template:?}");
+        }
+    }
+
+    #[test]
+    fn granted_capabilities_keep_drop_all_and_no_escalation() {
+        // As configmaps/hostpath.yaml says it, and with only the `add` list.
+        for template in [
+            "spec: {containers: [{securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL], add: [CHOWN, DAC_OVERRIDE, FOWNER, FSETID]}}}]}",
+            "spec: {containers: [{securityContext: {capabilities: {add: [CHOWN, DAC_OVERRIDE, FOWNER, FSETID]}}}]}",
+        ] {
+            let sc = container_security(Some(template));
+            assert_eq!(sc.allow_privilege_escalation, Some(false), "{template}");
+            assert_eq!(
+                caps(&sc),
+                (
+                    strings(&["ALL"]),
+                    strings(&["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID"])
+                ),
+                "{template}"
+            );
+        }
+        // Another field alone keeps both hardening fields too.
+        let sc = container_security(Some(
+            "spec: {containers: [{securityContext: {readOnlyRootFilesystem: true}}]}",
+        ));
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(caps(&sc), (strings(&["ALL"]), None));
+    }
+
+    #[test]
+    fn what_the_template_says_is_kept_as_said() {
+        let sc = container_security(Some(
+            "spec: {containers: [{securityContext: {allowPrivilegeEscalation: true, capabilities: {drop: [], add: [NET_ADMIN]}}}]}",
+        ));
+        assert_eq!(sc.allow_privilege_escalation, Some(true));
+        assert_eq!(caps(&sc), (strings(&[]), strings(&["NET_ADMIN"])));
+        // The API server refuses allowPrivilegeEscalation: false beside these.
+        let sc = container_security(Some(
+            "spec: {containers: [{securityContext: {privileged: true}}]}",
+        ));
+        assert_eq!(sc.privileged, Some(true));
+        assert_eq!(sc.allow_privilege_escalation, None);
+        assert_eq!(sc.capabilities, None);
+        let sc = container_security(Some(
+            "spec: {containers: [{securityContext: {capabilities: {add: [CAP_SYS_ADMIN]}}}]}",
+        ));
+        assert_eq!(sc.allow_privilege_escalation, None);
+        assert_eq!(caps(&sc), (strings(&["ALL"]), strings(&["CAP_SYS_ADMIN"])));
+    }
 }

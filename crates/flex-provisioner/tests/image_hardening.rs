@@ -7,7 +7,7 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::os::unix::fs::{PermissionsExt, symlink};
+use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 
 use common::cluster::Cluster;
@@ -15,7 +15,9 @@ use common::provisioning::{
     NS, bound, claim_with_pod, sandbox_only_with, storage_dir, wait_event, with_examples_on,
 };
 use common::sandbox::eventually;
+use flex_provisioner::offline::{RenderInput, parse_documents, read_documents, render_files};
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
 
@@ -34,7 +36,9 @@ struct Outcome {
 }
 
 /// Runs `image` as a bare pod on [`NODE`] with `env`, the export of nfs-subdir's example
-/// mounted at /export when `nfs`, and waits until it has finished.
+/// mounted at /export when `nfs`, and waits until it has finished. The container gets the
+/// securityContext of the image's shipped class ([`shipped_security`]), so the script has
+/// exactly the capabilities its Jobs have.
 async fn run_image(
     sb: &Cluster,
     pod: &str,
@@ -42,11 +46,26 @@ async fn run_image(
     env: &[(&str, &str)],
     nfs: bool,
 ) -> Outcome {
+    run_image_as(sb, pod, image, env, nfs, &shipped_security(image)).await
+}
+
+/// [`run_image`] with the container's `securityContext` given (`null`: none).
+async fn run_image_as(
+    sb: &Cluster,
+    pod: &str,
+    image: &str,
+    env: &[(&str, &str)],
+    nfs: bool,
+    security: &Value,
+) -> Outcome {
     let env: Vec<Value> = env
         .iter()
         .map(|(k, v)| json!({"name": k, "value": v}))
         .collect();
     let mut container = json!({"name": "c", "image": image, "env": env});
+    if !security.is_null() {
+        container["securityContext"] = security.clone();
+    }
     let mut spec = json!({"nodeName": NODE, "restartPolicy": "Never"});
     if nfs {
         container["volumeMounts"] = json!([{"name": "export", "mountPath": "/export"}]);
@@ -77,6 +96,77 @@ async fn run_image(
         message: term.message.unwrap_or_default(),
         log: sim(sb).kubelet.logs.get("default", pod),
     }
+}
+
+/// The container `securityContext` of the Jobs that `configmaps/<image>.yaml` runs, as the
+/// controller builds them (`render` of the example, as the golden test does): the image's
+/// own grant merged with ours.
+fn shipped_security(image: &str) -> Value {
+    let root = common::root();
+    let example = root.join(format!("configmaps/{image}.yaml"));
+    let class: StorageClass = read_documents(&example)
+        .unwrap()
+        .into_iter()
+        .find(|d| d.kind == "StorageClass")
+        .unwrap()
+        .to_object()
+        .unwrap();
+    let waits = class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer");
+    let rendered = render_files(&RenderInput {
+        config: example.clone(),
+        class: example.clone(),
+        claim: root.join("testdata/fixtures/claim.yaml"),
+        node: waits.then(|| root.join("testdata/fixtures/node.yaml")),
+        provisioner_name: class.provisioner.clone(),
+        attempt: 1,
+        ttl_seconds: 3600,
+        expand_to: None,
+    })
+    .unwrap_or_else(|e| panic!("{}: {e}", example.display()));
+    let job = parse_documents(&rendered, "render")
+        .unwrap()
+        .into_iter()
+        .find(|d| d.kind == "Job")
+        .expect("render prints the Job");
+    job.value["spec"]["template"]["spec"]["containers"][0]["securityContext"].clone()
+}
+
+/// `security` without its `capabilities.add`: our `drop: [ALL]` alone.
+fn without_added_capabilities(security: &Value) -> Value {
+    let mut s = security.clone();
+    s["capabilities"]
+        .as_object_mut()
+        .expect("a capabilities object")
+        .remove("add");
+    s
+}
+
+/// Makes `path` belong to `uid`:`uid` with `mode`.
+fn own(path: &Path, uid: u32, mode: u32) {
+    std::os::unix::fs::lchown(path, Some(uid), Some(uid)).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// In `vol`: `home/`, private to uid 1000 (mode `home_mode`), holding `secret` (0600, uid
+/// 1000, modified at a fixed time), and `tmp/`, a sticky directory of uid 1000 holding a
+/// file of uid 1001: what a volume's users leave in it.
+fn users_files(vol: &Path, home_mode: u32) {
+    let home = vol.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(home.join("secret"), "only mine").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(home.join("secret"))
+        .unwrap()
+        .set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_600_000_000))
+        .unwrap();
+    own(&home.join("secret"), 1000, 0o600);
+    own(&home, 1000, home_mode);
+    let tmp = vol.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    std::fs::write(tmp.join("theirs"), "x").unwrap();
+    own(&tmp.join("theirs"), 1001, 0o644);
+    own(&tmp, 1000, 0o1777);
 }
 
 /// The sandbox these tests run on.
@@ -863,6 +953,136 @@ async fn hostpath_clone_never_writes_through_or_follows_a_link() {
     let r = run_image(&sb, "clone-elsewhere", "hostpath", &env, false).await;
     assert_eq!(r.code, 2, "{r:?}");
     assert!(r.message.contains("is not below"), "{r:?}");
+}
+
+/// hostpath runs as root with only the capabilities configmaps/hostpath.yaml grants; those
+/// are what remove a volume holding files private to its users (a 0700 directory of uid
+/// 1000, a file of uid 1001 in a sticky directory). Without them the same removal fails and
+/// keeps the files: the grant is what makes it work.
+#[tokio::test]
+async fn hostpath_deprovision_removes_other_users_private_files_with_the_shipped_capabilities() {
+    let sb = sandbox_only_with(|o| o).await;
+    let shipped = shipped_security("hostpath");
+    assert_eq!(
+        shipped["capabilities"],
+        json!({"drop": ["ALL"], "add": ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID"]}),
+        "{shipped}"
+    );
+    assert_eq!(shipped["allowPrivilegeEscalation"], false, "{shipped}");
+    let vol = node_base(&sb, NODE).join("default/private");
+    users_files(&vol, 0o700);
+
+    let bare = without_added_capabilities(&shipped);
+    let env = hostpath_env("deprovision", "default/private");
+    let r = run_image_as(&sb, "no-caps", "hostpath", &env, false, &bare).await;
+    assert_eq!(r.code, 1, "a transient failure: {r:?}");
+    assert!(r.message.contains("cannot remove everything in"), "{r:?}");
+    assert_eq!(
+        std::fs::metadata(vol.join("home/secret")).unwrap().uid(),
+        1000,
+        "the private file is still there"
+    );
+
+    let r = run_image_as(&sb, "shipped-caps", "hostpath", &env, false, &shipped).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(!vol.exists(), "the volume is gone");
+    assert!(vol.parent().unwrap().is_dir(), "its parent stays");
+}
+
+/// A clone of a volume holding another user's private files copies them as they are
+/// (owner, group, mode with setgid, time, content) with the shipped capabilities; without
+/// them the copy fails (exit 1), and the retry with them starts the copy afresh.
+#[tokio::test]
+async fn hostpath_clone_keeps_other_users_files_as_they_are_with_the_shipped_capabilities() {
+    let sb = sandbox_only_with(|o| o).await;
+    let base = node_base(&sb, NODE);
+    users_files(&base.join("src"), 0o2770);
+    let source = json!({"spec": {"local": {"path": format!("{BASE}/src")},
+        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": [NODE]}]}]}}}})
+    .to_string();
+    let template = r#"{"apiVersion":"v1","kind":"PersistentVolume","metadata":{"name":"pvc-0a0a"},"spec":{"capacity":{"storage":"1Gi"}}}"#;
+    let env = with(
+        with(
+            with(hostpath_env("provision", "dst"), "SOURCE_PV_JSON", &source),
+            "PV_CREATOR",
+            "controller",
+        ),
+        "PV_TEMPLATE",
+        template,
+    );
+    let shipped = shipped_security("hostpath");
+    let bare = without_added_capabilities(&shipped);
+    let r = run_image_as(&sb, "clone-no-caps", "hostpath", &env, false, &bare).await;
+    assert_eq!(r.code, 1, "a transient failure: {r:?}");
+    assert!(r.message.contains("copying"), "{r:?}");
+
+    let r = run_image_as(&sb, "clone-shipped-caps", "hostpath", &env, false, &shipped).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let dst = base.join("dst");
+    let (home, secret) = (dst.join("home"), dst.join("home/secret"));
+    let meta = |p: &Path| std::fs::symlink_metadata(p).unwrap();
+    assert_eq!((meta(&home).uid(), meta(&home).gid()), (1000, 1000));
+    assert_eq!(meta(&home).mode() & 0o7777, 0o2770, "setgid kept");
+    assert_eq!((meta(&secret).uid(), meta(&secret).gid()), (1000, 1000));
+    assert_eq!(meta(&secret).mode() & 0o7777, 0o600);
+    assert_eq!(meta(&secret).mtime(), 1_600_000_000);
+    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "only mine");
+    let tmp = dst.join("tmp");
+    assert_eq!(
+        (meta(&tmp).uid(), meta(&tmp).mode() & 0o7777),
+        (1000, 0o1777)
+    );
+    assert_eq!(meta(&tmp.join("theirs")).uid(), 1001);
+}
+
+/// nfs-subdir keeps our restricted securityContext: no capability at all (an added one
+/// would do nothing for its non-root user, and the server squashes root). Archiving a
+/// volume that holds its users' private files needs none: it is a rename beside it.
+/// Deleting such a volume is up to the export's permissions: without them the image fails
+/// transiently, says why, and removes none of those files.
+#[tokio::test]
+async fn nfs_subdir_needs_no_capability_to_archive_and_deletes_only_what_the_export_allows() {
+    let sb = sandbox_only_with(|o| o).await;
+    let shipped = shipped_security("nfs-subdir");
+    assert_eq!(
+        shipped,
+        json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}})
+    );
+    let shared = export_dir(&sb).join("shared");
+    users_files(&shared.join("kept"), 0o700);
+    let r = run_image(
+        &sb,
+        "archive-private",
+        "nfs-subdir",
+        &nfs_env("deprovision", "shared/kept", "archive"),
+        true,
+    )
+    .await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let archived = shared.join("archived-kept");
+    assert_eq!(names(&archived), ["home", "tmp"]);
+    let secret = std::fs::metadata(archived.join("home/secret")).unwrap();
+    assert_eq!((secret.uid(), secret.mode() & 0o7777), (1000, 0o600));
+
+    users_files(&shared.join("gone"), 0o700);
+    let r = run_image(
+        &sb,
+        "delete-private",
+        "nfs-subdir",
+        &nfs_env("deprovision", "shared/gone", "delete"),
+        true,
+    )
+    .await;
+    assert_eq!(
+        r.code, 1,
+        "transient: the admin can fix the export and retry: {r:?}"
+    );
+    assert!(r.message.contains("files of another user?"), "{r:?}");
+    assert_eq!(
+        std::fs::read_to_string(shared.join("gone/home/secret")).unwrap_or_default(),
+        "only mine"
+    );
 }
 
 #[test]

@@ -7,7 +7,10 @@
 //! the container's resolved environment plus `KUBECONFIG` (the sandbox API),
 //! `TERMINATION_LOG` (a file whose content becomes the termination message) and
 //! `SANDBOX_ROOT` (the node's filesystem, under which the pod's volumes appear at their
-//! mount paths).
+//! mount paths). A container's `securityContext` capabilities are applied
+//! (kubelet/capabilities.rs).
+
+mod capabilities;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -524,6 +527,7 @@ impl Kubelet {
                 (program, rest.iter().cloned().chain(args).collect())
             }
         };
+        let (program, args) = capabilities::confine(c, program, args, &env)?;
         Ok(Prepared {
             name,
             program,

@@ -5,7 +5,9 @@
 //! container is matched by name; other lists (volumes, tolerations, env, volumeMounts...)
 //! are appended to ours; a `securityContext` given in the fragment replaces ours whole,
 //! because mixing a restricted default with a privileged override yields pods that cannot
-//! start; our labels always win so Jobs stay traceable.
+//! start; our labels always win so Jobs stay traceable. (The Job builder, job.rs, then keeps
+//! the container's `drop: [ALL]` and `allowPrivilegeEscalation: false` where a non-privileged
+//! container's `securityContext` leaves them unsaid.)
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use serde_json::{Map, Value};
