@@ -13,9 +13,6 @@ pub mod leader;
 pub mod metrics;
 pub mod throttle;
 
-// The moved modules name these as `crate::…`.
-pub(crate) use flex_core::{claim, config, job, names, plan, quantity, record, rendered, source};
-
 /// Errors of the controller. `category()` gives a bounded label for metrics and logs.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

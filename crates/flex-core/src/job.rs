@@ -1,4 +1,4 @@
-//! Jobs for an action (DESIGN §5): one builder for provisioning and deprovisioning.
+//! Jobs for an action (README.md, "The image contract"): one builder for provisioning and deprovisioning.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -9,10 +9,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use flex_provisioner::config::MAX_PARAMETERS;
-use flex_provisioner::names::DEFAULT_PROVISIONER_NAME;
+use flex_core::config::MAX_PARAMETERS;
+use flex_core::names::DEFAULT_PROVISIONER_NAME;
+use flex_core::template::{MAX_EXPRESSIONS, MAX_SOURCE_BYTES};
 use flex_provisioner::offline::check_files;
-use flex_provisioner::template::{MAX_EXPRESSIONS, MAX_SOURCE_BYTES};
 use k8s_openapi::api::core::v1::ConfigMap;
 use serde_json::json;
 

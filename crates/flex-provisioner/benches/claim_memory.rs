@@ -14,7 +14,7 @@ mod process;
 
 use std::time::{Duration, Instant};
 
-use flex_provisioner::sandbox::{Sandbox, SandboxOptions, WriteCtx, resources};
+use kube_sandbox::{Sandbox, SandboxOptions, WriteCtx, resources};
 use serde_json::json;
 
 const NS: &str = "flex-system";
@@ -40,7 +40,7 @@ fn setup(sb: &Sandbox, n: usize) {
         "storageclasses",
         "storage.k8s.io",
         "",
-        json!({"metadata": {"name": "fast"}, "provisioner": flex_provisioner::names::DEFAULT_PROVISIONER_NAME,
+        json!({"metadata": {"name": "fast"}, "provisioner": flex_core::names::DEFAULT_PROVISIONER_NAME,
                "reclaimPolicy": "Delete", "volumeBindingMode": "Immediate"}),
     );
     create(
@@ -56,7 +56,7 @@ fn setup(sb: &Sandbox, n: usize) {
         let mut annotations = json!({"example.com/filler": filler});
         if i % 2 == 0 {
             annotations["volume.kubernetes.io/storage-provisioner"] =
-                json!(flex_provisioner::names::DEFAULT_PROVISIONER_NAME);
+                json!(flex_core::names::DEFAULT_PROVISIONER_NAME);
         }
         create(
             sb,

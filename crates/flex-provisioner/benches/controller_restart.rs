@@ -17,9 +17,9 @@ mod process;
 
 use std::time::{Duration, Instant};
 
-use flex_provisioner::sandbox::{Sandbox, SandboxOptions, WriteCtx, resources};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, ListParams};
+use kube_sandbox::{Sandbox, SandboxOptions, WriteCtx, resources};
 use serde_json::json;
 
 const NS: &str = "flex-system";
@@ -73,7 +73,7 @@ fn setup(sb: &Sandbox) {
         "storage.k8s.io",
         "v1",
         "",
-        json!({"metadata": {"name": "fast"}, "provisioner": flex_provisioner::names::DEFAULT_PROVISIONER_NAME,
+        json!({"metadata": {"name": "fast"}, "provisioner": flex_core::names::DEFAULT_PROVISIONER_NAME,
                "reclaimPolicy": "Delete", "volumeBindingMode": "Immediate"}),
     );
     create(

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::names::DEFAULT_PROVISIONER_NAME;
+use flex_core::names::DEFAULT_PROVISIONER_NAME;
 
 /// A Kubernetes dynamic volume provisioner that runs each provisioning step as a Job.
 #[derive(Debug, Parser)]
@@ -83,7 +83,7 @@ pub struct SandboxArgs {
     #[arg(long)]
     pub auth: bool,
     /// Namespace of provisioner ConfigMaps for the in-sandbox controller (repeatable).
-    #[arg(long = "config-namespace", value_name = "NS", default_values_t = vec![crate::config::DEFAULT_CONFIG_NAMESPACE.to_string()])]
+    #[arg(long = "config-namespace", value_name = "NS", default_values_t = vec![flex_core::config::DEFAULT_CONFIG_NAMESPACE.to_string()])]
     pub config_namespaces: Vec<String>,
     #[command(flatten)]
     pub common: Common,
@@ -101,13 +101,13 @@ pub struct RunArgs {
     )]
     pub config_namespaces: Vec<String>,
     /// The controller's own namespace: its leader Lease lives here.
-    #[arg(long, env = "POD_NAMESPACE", default_value = crate::config::DEFAULT_CONTROLLER_NAMESPACE)]
+    #[arg(long, env = "POD_NAMESPACE", default_value = flex_core::config::DEFAULT_CONTROLLER_NAMESPACE)]
     pub namespace: String,
     /// The controller's own service account: a ConfigMap naming it is refused.
-    #[arg(long, env = "POD_SERVICE_ACCOUNT", default_value = crate::config::DEFAULT_CONTROLLER_SERVICE_ACCOUNT)]
+    #[arg(long, env = "POD_SERVICE_ACCOUNT", default_value = flex_core::config::DEFAULT_CONTROLLER_SERVICE_ACCOUNT)]
     pub service_account: String,
     /// Seconds a finished Job is kept so its logs can be read.
-    #[arg(long, default_value_t = crate::job::DEFAULT_JOB_TTL_SECONDS)]
+    #[arg(long, default_value_t = flex_core::job::DEFAULT_JOB_TTL_SECONDS)]
     pub job_ttl: i32,
     /// Seconds before the second attempt after a failed one; doubles up to 10 minutes.
     #[arg(long, default_value_t = 10)]
@@ -209,7 +209,7 @@ pub struct RenderArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub attempt: u32,
     /// Seconds a finished Job is kept (ttlSecondsAfterFinished).
-    #[arg(long, default_value_t = crate::job::DEFAULT_JOB_TTL_SECONDS)]
+    #[arg(long, default_value_t = flex_core::job::DEFAULT_JOB_TTL_SECONDS)]
     pub job_ttl: i32,
     /// Which Job: `provision` (the default) or `expand` (needs --size).
     #[arg(long, value_enum, default_value_t = RenderAction::Provision)]

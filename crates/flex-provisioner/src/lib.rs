@@ -3,7 +3,7 @@
 //! runs the controller inside a local Kubernetes.
 //!
 //! It also re-exports the other crates under one name, so that tests and tools can say
-//! `flex_provisioner::config` whichever crate holds it.
+//! `flex_core::config` whichever crate holds it.
 #![forbid(unsafe_code)]
 
 pub mod cli;
@@ -12,10 +12,3 @@ pub mod offline;
 pub mod sandbox_cmd;
 pub mod volume_create;
 pub mod volume_source;
-
-pub use flex_controller::{controller, http, leader, metrics};
-pub use flex_core::{
-    Error, Result, claim, config, job, names, plan, quantity, record, rendered, template, volume,
-};
-#[cfg(feature = "sandbox")]
-pub use kube_sandbox as sandbox;

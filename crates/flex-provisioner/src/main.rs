@@ -71,12 +71,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     .context("cannot build the Kubernetes API client")?;
                 let secs = std::time::Duration::from_secs;
                 let leader =
-                    (!args.no_leader_elect).then(|| flex_provisioner::leader::LeaderOptions {
+                    (!args.no_leader_elect).then(|| flex_controller::leader::LeaderOptions {
                         lease_duration: secs(args.lease_seconds),
                         renew_deadline: secs(args.renew_deadline_seconds),
                         retry_period: secs(args.retry_period_seconds),
                         connection: Some(lease_connection),
-                        ..flex_provisioner::leader::LeaderOptions::new(
+                        ..flex_controller::leader::LeaderOptions::new(
                             &args.namespace,
                             "flex-provisioner",
                             &unique_identity(&args.instance),
@@ -86,7 +86,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     l.validate()
                         .map_err(|e| anyhow::anyhow!("leader election timings: {e}"))?;
                 }
-                let opts = flex_provisioner::controller::Options {
+                let opts = flex_controller::controller::Options {
                     provisioner_name: args.common.provisioner_name,
                     config_namespaces: args.config_namespaces,
                     controller_namespace: args.namespace,
@@ -98,7 +98,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     leader,
                     api_limits: Some(limits),
                 };
-                flex_provisioner::controller::run_until(client, opts, shutdown_signal())
+                flex_controller::controller::run_until(client, opts, shutdown_signal())
                     .await
                     .context("the controller stopped")
             })?;
@@ -206,7 +206,7 @@ async fn volume_create(args: flex_provisioner::cli::VolumeCreateArgs) -> ExitCod
 /// Where an image's message for users goes (`$TERMINATION_LOG`, else the kubelet's default).
 fn termination_log() -> String {
     std::env::var("TERMINATION_LOG")
-        .unwrap_or_else(|_| flex_provisioner::names::TERMINATION_MESSAGE_PATH.to_owned())
+        .unwrap_or_else(|_| flex_core::names::TERMINATION_MESSAGE_PATH.to_owned())
 }
 
 /// A helper run inside an image failed: the message goes to stderr and to the termination

@@ -94,7 +94,7 @@ pub fn apply_builtin(sandbox: &Sandbox, files: &[(&str, &str)]) -> Vec<String> {
 }
 
 /// Creates every object in the files, in order; returns one line per object.
-pub fn apply_files(sandbox: &Sandbox, files: &[PathBuf]) -> Result<Vec<String>, crate::Error> {
+pub fn apply_files(sandbox: &Sandbox, files: &[PathBuf]) -> Result<Vec<String>, flex_core::Error> {
     let mut docs = Vec::new();
     for file in files {
         docs.extend(read_documents(file)?);
@@ -217,12 +217,13 @@ pub async fn run(args: &SandboxArgs) -> Result<(), SandboxError> {
     }
     if !args.no_controller {
         let client = sandbox.client()?;
-        let options = crate::controller::Options {
+        let options = flex_controller::controller::Options {
             provisioner_name: args.common.provisioner_name.clone(),
             config_namespaces: args.config_namespaces.clone(),
-            controller_namespace: crate::config::DEFAULT_CONTROLLER_NAMESPACE.into(),
-            controller_service_account: crate::config::DEFAULT_CONTROLLER_SERVICE_ACCOUNT.into(),
-            job_ttl_seconds: crate::job::DEFAULT_JOB_TTL_SECONDS,
+            controller_namespace: flex_core::config::DEFAULT_CONTROLLER_NAMESPACE.into(),
+            controller_service_account: flex_core::config::DEFAULT_CONTROLLER_SERVICE_ACCOUNT
+                .into(),
+            job_ttl_seconds: flex_core::job::DEFAULT_JOB_TTL_SECONDS,
             retry_base: Duration::from_secs(10),
             instance: "sandbox".into(),
             metrics_addr: None,
@@ -230,7 +231,7 @@ pub async fn run(args: &SandboxArgs) -> Result<(), SandboxError> {
             api_limits: None,
         };
         tokio::spawn(async move {
-            if let Err(e) = crate::controller::run(client, options).await {
+            if let Err(e) = flex_controller::controller::run(client, options).await {
                 eprintln!("error: the controller stopped: {e}");
             }
         });

@@ -12,7 +12,7 @@ const CLAIMS: usize = 100;
 
 #[tokio::test]
 async fn hundred_claims_bind_under_the_controller_manager_rate_limit() {
-    let sb = sandbox_with(|o| flex_provisioner::sandbox::SandboxOptions {
+    let sb = sandbox_with(|o| kube_sandbox::SandboxOptions {
         controller_qps: Some((20.0, 30)),
         ..o
     })

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::*;
-use flex_provisioner::config::{
+use flex_core::config::{
     ClassConfig, Problem, ProvisionerConfig, Severity, StorageClassInfo, Verdict, parse_config_map,
     select_for_class,
 };
@@ -204,9 +204,9 @@ fn parameters_that_would_change_how_the_process_runs_are_refused() {
         assert!(e.to_string().contains("rename the parameter"), "{key}: {e}");
     }
     // The Job's own variables (ours) cannot be replaced by a parameter either.
-    for env in flex_provisioner::names::BUILTIN_ENV {
+    for env in flex_core::names::BUILTIN_ENV {
         let key = env.to_ascii_lowercase().replace('_', "-");
-        if flex_provisioner::config::keys::is_reserved(&key) {
+        if flex_core::config::keys::is_reserved(&key) {
             // `pv-creator`: the key configures what the variable tells the image.
             continue;
         }
@@ -656,7 +656,7 @@ fn the_original_proposal_is_accepted_but_for_its_service_token() {
 /// that gives the pod power over its node needs `allow-privileged: "true"`.
 #[test]
 fn jobs_never_run_as_the_controller_nor_privileged_without_the_opt_in() {
-    use flex_provisioner::config::{ParseOptions, parse_config_map_with};
+    use flex_core::config::{ParseOptions, parse_config_map_with};
     common::at_root();
     let e = error(
         config("silver")

@@ -76,7 +76,7 @@ async fn a_planted_pv_is_reported_and_left_alone() {
     let uid = c.metadata.uid.unwrap();
     let planted: PersistentVolume = serde_json::from_value(json!({
         "metadata": {"name": format!("pvc-{uid}"),
-                     "annotations": {"pv.kubernetes.io/provisioned-by": flex_provisioner::names::DEFAULT_PROVISIONER_NAME}},
+                     "annotations": {"pv.kubernetes.io/provisioned-by": flex_core::names::DEFAULT_PROVISIONER_NAME}},
         "spec": {"capacity": {"storage": "1Mi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "fast",
                  "hostPath": {"path": "/"}, "persistentVolumeReclaimPolicy": "Delete",
                  "claimRef": {"namespace": "default", "name": "data", "uid": uid}}}))

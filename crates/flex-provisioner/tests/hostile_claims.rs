@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::provisioning::*;
 use common::sandbox::eventually;
-use flex_provisioner::controller::Options;
+use flex_controller::controller::Options;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim};
@@ -17,7 +17,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
 
-const OURS: &str = flex_provisioner::names::DEFAULT_PROVISIONER_NAME;
+const OURS: &str = flex_core::names::DEFAULT_PROVISIONER_NAME;
 
 async fn create_claim(
     sb: &common::cluster::Cluster,
@@ -220,7 +220,7 @@ async fn twenty_claims_held_mid_job_do_not_slow_eighty_others() {
 /// leader keeps its lease throughout (a standby that took over would be a second writer).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_attempt_of_four_billion_and_a_failing_image_slow_nothing() {
-    use flex_provisioner::leader::LeaderOptions;
+    use flex_controller::leader::LeaderOptions;
     let sb = sandbox().await;
     let leader = |id: &str| LeaderOptions {
         lease_duration: Duration::from_secs(4),

@@ -8,11 +8,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::*;
-use flex_provisioner::claim::ClaimRequest;
-use flex_provisioner::config::{Problem, Verdict, parse_config_map};
+use flex_core::claim::ClaimRequest;
+use flex_core::config::{Problem, Verdict, parse_config_map};
+use flex_core::rendered::{RenderFailure, RenderRequest, Rendered, render_for_claim};
+use flex_core::template::{self, MAX_OUTPUT_BYTES, MAX_TOTAL_OUTPUT_BYTES, TemplateError};
 use flex_provisioner::offline::check_files;
-use flex_provisioner::rendered::{RenderFailure, RenderRequest, Rendered, render_for_claim};
-use flex_provisioner::template::{self, MAX_OUTPUT_BYTES, MAX_TOTAL_OUTPUT_BYTES, TemplateError};
 use k8s_openapi::api::core::v1::ConfigMap;
 
 /// Far above the 100 ms budget, so a loaded CI machine does not fail the test, and far
@@ -193,10 +193,7 @@ fn a_self_recursive_inline_partial_is_refused_and_never_runs() {
     // Rendering refuses it too, whatever path a template takes to the engine.
     let ctx = template::build_context(
         &ClaimRequest::from_claim(&claim("team-a", "data").build()).unwrap(),
-        &flex_provisioner::config::StorageClassInfo::from_class(&storage_class(
-            "silver",
-            "Immediate",
-        )),
+        &flex_core::config::StorageClassInfo::from_class(&storage_class("silver", "Immediate")),
         None,
         P,
         "pvc-x",
@@ -307,7 +304,7 @@ fn a_render_request_moves_to_another_thread() {
 /// and parameters are bounded in all, not only one by one.
 #[test]
 fn a_config_map_full_of_templates_or_keys_is_refused_fast() {
-    use flex_provisioner::config::{MAX_PARAMETERS, MAX_TEMPLATE_BYTES};
+    use flex_core::config::{MAX_PARAMETERS, MAX_TEMPLATE_BYTES};
     // The costliest template to parse: the most expressions, spread over the most bytes.
     let n = template::MAX_EXPRESSIONS;
     let gap = "x".repeat(template::MAX_SOURCE_BYTES / n - "{{claim.name}}".len());

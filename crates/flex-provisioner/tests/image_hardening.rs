@@ -170,7 +170,7 @@ fn users_files(vol: &Path, home_mode: u32) {
 }
 
 /// The sandbox these tests run on.
-fn sim(sb: &Cluster) -> &flex_provisioner::sandbox::Sandbox {
+fn sim(sb: &Cluster) -> &kube_sandbox::Sandbox {
     sb.sandbox().expect("the image tests run on the sandbox")
 }
 
@@ -268,7 +268,7 @@ impl Scratch {
         let dir = std::env::temp_dir().join(format!(
             "flex-{what}-{}-{}",
             std::process::id(),
-            flex_provisioner::sandbox::ids::name_suffix()
+            kube_sandbox::ids::name_suffix()
         ));
         std::fs::create_dir_all(&dir).unwrap();
         Scratch(dir)

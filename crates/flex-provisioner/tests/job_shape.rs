@@ -5,8 +5,8 @@ mod common;
 use std::process::Command;
 
 use common::*;
-use flex_provisioner::claim::ACCESS_MODES;
-use flex_provisioner::job::deprovision_job;
+use flex_core::claim::ACCESS_MODES;
+use flex_core::job::deprovision_job;
 
 fn silver() -> k8s_openapi::api::storage::v1::StorageClass {
     storage_class("silver", "Immediate")
@@ -385,14 +385,14 @@ fn deprovision_job_is_built_from_the_pv_records_alone() {
         &provision.metadata.annotations.as_ref().unwrap()["flex-provisioner.io/deprovision-spec"],
     )
     .unwrap();
-    let record_cm = flex_provisioner::record::build_record(
+    let record_cm = flex_core::record::build_record(
         &pv,
         &recipe,
         None,
         &env(&provision, "PARAMETERS").unwrap(),
     )
     .unwrap();
-    let record = flex_provisioner::record::read_record(&record_cm, &pv).unwrap();
+    let record = flex_core::record::read_record(&record_cm, &pv).unwrap();
     assert_eq!(record.parameters["export"], "/exports/data");
     let job = deprovision_job(&pv, &record, P, 3, 600);
     assert_job_valid(&job);

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use common::provisioning::*;
 use common::sandbox::eventually;
-use flex_provisioner::controller::Options;
-use flex_provisioner::leader::LeaderOptions;
+use flex_controller::controller::Options;
+use flex_controller::leader::LeaderOptions;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use serde_json::json;
@@ -60,7 +60,7 @@ fn instance(
             connection: lease_connection,
             ..LeaderOptions::new(CONTROLLER_NS, LEASE, "stalled")
         };
-        let result = flex_provisioner::controller::run(
+        let result = flex_controller::controller::run(
             client,
             Options {
                 leader: Some(leader),

@@ -161,11 +161,7 @@ fn every_example_configuration_passes_check() {
         .into_iter()
         .filter(|p| !p.ends_with("original-proposal.yaml"))
         .collect();
-    let report = check_files(
-        &ours,
-        &[],
-        flex_provisioner::names::DEFAULT_PROVISIONER_NAME,
-    );
+    let report = check_files(&ours, &[], flex_core::names::DEFAULT_PROVISIONER_NAME);
     assert_eq!(
         (report.errors, report.warnings),
         (0, 0),

@@ -5,7 +5,7 @@ mod common;
 
 use common::provisioning::*;
 use common::sandbox::eventually;
-use flex_provisioner::controller::Options;
+use flex_controller::controller::Options;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, PostParams};
 
@@ -613,7 +613,7 @@ async fn a_missing_service_account_is_reported_within_seconds() {
 /// Lease expires, and nothing is done twice.
 #[tokio::test]
 async fn leader_election_lets_one_controller_act_and_fails_over() {
-    use flex_provisioner::leader::LeaderOptions;
+    use flex_controller::leader::LeaderOptions;
     use k8s_openapi::api::coordination::v1::Lease;
     let sb = sandbox().await;
     let leader = |id: &str| LeaderOptions {
@@ -754,7 +754,7 @@ async fn sigterm_hands_the_lease_to_the_standby_at_once() {
     let _second = controller_with(
         &sb,
         Options {
-            leader: Some(flex_provisioner::leader::LeaderOptions::new(
+            leader: Some(flex_controller::leader::LeaderOptions::new(
                 CONTROLLER_NS,
                 "flex-provisioner",
                 "second",

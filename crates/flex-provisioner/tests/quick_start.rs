@@ -7,8 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use flex_provisioner::sandbox::{Sandbox, SandboxOptions};
 use flex_provisioner::sandbox_cmd::{INSTALL, apply_builtin, apply_files};
+use kube_sandbox::{Sandbox, SandboxOptions};
 
 /// The repository root: example paths are relative to it, as in the README.
 fn at_root() {
@@ -69,8 +69,7 @@ async fn every_example_applies_cleanly_on_its_own() {
             let ns = doc.value["metadata"]["namespace"]
                 .as_str()
                 .unwrap_or("default");
-            let rid =
-                flex_provisioner::sandbox::resources::find("", "v1", "serviceaccounts").unwrap();
+            let rid = kube_sandbox::resources::find("", "v1", "serviceaccounts").unwrap();
             assert!(
                 sb.api.get(rid, ns, sa).is_ok(),
                 "{}: the ConfigMap's ServiceAccount {ns}/{sa} does not exist",

@@ -24,7 +24,7 @@ async fn deployed() -> common::cluster::Cluster {
     let sb = sandbox().await;
     let admin = sb.client().unwrap();
     let sc: StorageClass = serde_json::from_value(json!({"metadata": {"name": "fast"},
-        "provisioner": flex_provisioner::names::DEFAULT_PROVISIONER_NAME,
+        "provisioner": flex_core::names::DEFAULT_PROVISIONER_NAME,
         "reclaimPolicy": "Delete", "volumeBindingMode": "Immediate"}))
     .unwrap();
     Api::<StorageClass>::all(admin.clone())
@@ -48,10 +48,10 @@ async fn deployed() -> common::cluster::Cluster {
 /// namespace.
 fn deployed_controller(client: kube::Client) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let result = flex_provisioner::controller::run(
+        let result = flex_controller::controller::run(
             client,
-            flex_provisioner::controller::Options {
-                leader: Some(flex_provisioner::leader::LeaderOptions::new(
+            flex_controller::controller::Options {
+                leader: Some(flex_controller::leader::LeaderOptions::new(
                     CONTROLLER_NS,
                     "flex-provisioner",
                     "rbac-test",
@@ -168,10 +168,10 @@ async fn a_missing_permission_is_reported_on_the_claim() {
 async fn a_missing_lease_namespace_stops_the_controller_at_start() {
     let sb = deployed().await;
     let client = client_as(&sb, CONTROLLER_NS, "flex-provisioner").await;
-    let run = flex_provisioner::controller::run(
+    let run = flex_controller::controller::run(
         client,
-        flex_provisioner::controller::Options {
-            leader: Some(flex_provisioner::leader::LeaderOptions::new(
+        flex_controller::controller::Options {
+            leader: Some(flex_controller::leader::LeaderOptions::new(
                 "no-such-namespace",
                 "flex-provisioner",
                 "lease-test",
@@ -195,10 +195,10 @@ async fn a_missing_lease_namespace_stops_the_controller_at_start() {
     // controller is run by hand): the namespace's absence itself is named.
     let err = tokio::time::timeout(
         Duration::from_secs(30),
-        flex_provisioner::controller::run(
+        flex_controller::controller::run(
             sb.client().unwrap(),
-            flex_provisioner::controller::Options {
-                leader: Some(flex_provisioner::leader::LeaderOptions::new(
+            flex_controller::controller::Options {
+                leader: Some(flex_controller::leader::LeaderOptions::new(
                     "no-such-namespace",
                     "flex-provisioner",
                     "lease-test",

@@ -50,7 +50,7 @@ async fn a_report_outside_the_class_declaration_gets_no_pv_and_one_job() {
     let dir = std::env::temp_dir().join(format!(
         "flex-report-images-{}-{}",
         std::process::id(),
-        flex_provisioner::sandbox::ids::name_suffix()
+        kube_sandbox::ids::name_suffix()
     ));
     let entry = dir.join("reporter").join("entrypoint");
     std::fs::create_dir_all(entry.parent().unwrap()).unwrap();

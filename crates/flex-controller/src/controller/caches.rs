@@ -16,9 +16,9 @@ use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::compact::Compact;
 use super::index::Indexed;
-use crate::names::{
+use flex_core::names::{
     ANN_PROVISIONED_BY, ANN_SOURCE_VOLUME, ANN_STORAGE_CLASS, ANN_STORAGE_PROVISIONER,
-    ANN_STORAGE_PROVISIONER_BETA, LABEL_ACTION, LABEL_CLAIM_UID, LABEL_VOLUME,
+    ANN_STORAGE_PROVISIONER_BETA, LABEL_CLAIM_UID, LABEL_VOLUME,
 };
 
 /// The reflector stores decisions read; ConfigMaps, Jobs, pods and the Job controller's
@@ -131,7 +131,7 @@ pub fn job_keys(j: &Job) -> Vec<String> {
         keys.push(by_volume(v));
     }
     // Only provisioning Jobs count against a class's `max-concurrent`.
-    if labels.get(LABEL_ACTION).map(String::as_str) == Some("provision") {
+    if flex_core::names::Action::of(labels) == Some(flex_core::names::Action::Provision) {
         if let Some(class) = j.annotations().get(ANN_STORAGE_CLASS) {
             keys.push(by_class(class));
         }
@@ -191,8 +191,8 @@ fn read_by_decisions(key: &str) -> bool {
     key == ANN_STORAGE_PROVISIONER
         || key == ANN_STORAGE_PROVISIONER_BETA
         || key == flex_core::claim::BETA_CLASS_ANNOTATION
-        || key == crate::names::ANN_SELECTED_NODE
-        || key.starts_with(crate::names::PREFIX)
+        || key == flex_core::names::ANN_SELECTED_NODE
+        || key.starts_with(flex_core::names::PREFIX)
 }
 
 fn bounded_value(v: &mut String) {
@@ -362,7 +362,9 @@ fn is_claims_volume(pv: &PersistentVolume) -> bool {
         .as_ref()
         .and_then(|s| s.claim_ref.as_ref())
         .and_then(|r| r.uid.as_deref());
-    uid.is_some_and(|uid| pv.metadata.name.as_deref() == Some(crate::names::pv_name(uid).as_str()))
+    uid.is_some_and(|uid| {
+        pv.metadata.name.as_deref() == Some(flex_core::names::pv_name(uid).as_str())
+    })
 }
 
 /// A node is read for its name and labels (templates and node affinity) only.

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::reflector::Store;
 
-use crate::config::{
+use flex_core::config::{
     ClassConfig, ParseOptions, Problem, StorageClassInfo, Verdict, parse_config_map_with,
     select_for_class,
 };

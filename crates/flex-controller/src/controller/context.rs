@@ -12,11 +12,12 @@ use super::configs::Configs;
 use super::readiness::{Readiness, synced};
 use super::retry::{Failures, Retry, retry_for};
 use super::seen::Seen;
-use crate::plan::{Notice, reasons};
+use flex_core::names::Action;
+use flex_core::plan::{Notice, reasons};
 
-/// Whether a Job's or pod's labels name this action (`provision`, `deprovision`, `expand`).
-pub fn action_is(labels: &std::collections::BTreeMap<String, String>, action: &str) -> bool {
-    labels.get(crate::names::LABEL_ACTION).map(String::as_str) == Some(action)
+/// Whether a Job's or pod's labels name this action.
+pub fn action_is(labels: &std::collections::BTreeMap<String, String>, action: Action) -> bool {
+    Action::of(labels) == Some(action)
 }
 
 pub struct Context {

@@ -9,8 +9,9 @@ use kube::{Resource, ResourceExt};
 
 use super::context::{Context, action_is};
 use super::create_or_adopt;
-use crate::plan::expand::{ExpandInputs, ExpandStep, plan_expand};
-use crate::record::read_record;
+use flex_core::names;
+use flex_core::plan::expand::{ExpandInputs, ExpandStep, plan_expand};
+use flex_core::record::read_record;
 
 pub(super) async fn reconcile_expansion(
     claim: &PersistentVolumeClaim,
@@ -31,7 +32,7 @@ pub(super) async fn reconcile_expansion(
     else {
         return Ok(Action::await_change());
     };
-    let class_allows = crate::claim::class_of(claim)
+    let class_allows = flex_core::claim::class_of(claim)
         .and_then(|c| ctx.caches.classes.get(&ObjectRef::new(c)))
         .and_then(|sc| sc.allow_volume_expansion)
         .unwrap_or(false);
@@ -39,9 +40,9 @@ pub(super) async fn reconcile_expansion(
         return Ok(Action::await_change());
     }
     let mut jobs = ctx.caches.jobs_by(&super::caches::by_claim(&uid));
-    jobs.retain(|j| action_is(j.labels(), "expand"));
+    jobs.retain(|j| action_is(j.labels(), names::Action::Expand));
     let mut pods = ctx.caches.pods_by(&super::caches::by_claim(&uid));
-    pods.retain(|p| action_is(p.labels(), "expand"));
+    pods.retain(|p| action_is(p.labels(), names::Action::Expand));
     let plan_with = |pv: Option<&PersistentVolume>, record| {
         plan_expand(ExpandInputs {
             claim,
@@ -65,7 +66,9 @@ pub(super) async fn reconcile_expansion(
             .and_then(|cm| read_record(&cm, &pv));
         plan = plan_with(Some(&pv), Some(record));
     }
-    let class = crate::claim::class_of(claim).unwrap_or_default().to_owned();
+    let class = flex_core::claim::class_of(claim)
+        .unwrap_or_default()
+        .to_owned();
     ctx.tell(&claim.object_ref(&()), &class, &plan.notices)
         .await;
     let claims: Api<PersistentVolumeClaim> =

@@ -48,7 +48,7 @@ const RECONCILES_AT_ONCE: u16 = 64;
 /// among 2,000 such claims peak at 541 MiB.
 const CLAIM_PAGE_SIZE: u32 = 50;
 
-use crate::names::{
+use flex_core::names::{
     ANN_CLAIM, CONFIG_TYPE_VALUE, LABEL_CONFIG_CLASS, LABEL_CONFIG_TYPE, LABEL_MANAGED_BY,
     MANAGED_BY_VALUE,
 };
@@ -78,8 +78,8 @@ pub struct Options {
 
 impl Options {
     /// How ConfigMaps are judged: for this provisioner, never as the controller's account.
-    pub fn parse_options(&self) -> crate::config::ParseOptions {
-        crate::config::ParseOptions {
+    pub fn parse_options(&self) -> flex_core::config::ParseOptions {
+        flex_core::config::ParseOptions {
             provisioner_name: self.provisioner_name.clone(),
             controller_namespace: self.controller_namespace.clone(),
             controller_service_account: self.controller_service_account.clone(),
@@ -156,8 +156,7 @@ async fn mark_pv_created(
     namespace: &str,
     job: &str,
 ) -> Result<Job, kube::Error> {
-    let patch =
-        serde_json::json!({"metadata": {"annotations": {crate::names::ANN_PV_CREATED: "true"}}});
+    let patch = serde_json::json!({"metadata": {"annotations": {flex_core::names::ANN_PV_CREATED: "true"}}});
     Api::<Job>::namespaced(ctx.client.clone(), namespace)
         .patch(
             job,
@@ -239,21 +238,21 @@ async fn count_active_jobs(ctx: Arc<Context>) {
         tick.tick().await;
         ctx.metrics.active_jobs.reset();
         for job in ctx.caches.all_jobs() {
-            if crate::job::outcome(&job, &[]) != crate::job::JobOutcome::Running {
+            if flex_core::job::outcome(&job, &[]) != flex_core::job::JobOutcome::Running {
                 continue;
             }
             let class = job
                 .meta()
                 .annotations
                 .as_ref()
-                .and_then(|a| a.get(crate::names::ANN_STORAGE_CLASS))
+                .and_then(|a| a.get(flex_core::names::ANN_STORAGE_CLASS))
                 .cloned()
                 .unwrap_or_default();
             let action = job
                 .meta()
                 .labels
                 .as_ref()
-                .and_then(|l| l.get(crate::names::LABEL_ACTION))
+                .and_then(|l| l.get(flex_core::names::LABEL_ACTION))
                 .cloned()
                 .unwrap_or_default();
             ctx.metrics
@@ -467,13 +466,13 @@ async fn act(
                 .meta()
                 .labels
                 .as_ref()
-                .and_then(|l| l.get(crate::names::LABEL_VOLUME))
+                .and_then(|l| l.get(flex_core::names::LABEL_VOLUME))
                 .map(|v| ObjectRef::new(v));
             let source = job
                 .meta()
                 .annotations
                 .as_ref()
-                .and_then(|a| a.get(crate::names::ANN_SOURCE_VOLUME))
+                .and_then(|a| a.get(flex_core::names::ANN_SOURCE_VOLUME))
                 .map(|v| ObjectRef::new(v));
             own.into_iter().chain(source)
         });

@@ -12,9 +12,9 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use super::context::Context;
-use crate::names::{LABEL_ACTION, LABEL_CLAIM_UID, LABEL_VOLUME};
-use crate::plan::orphan::{Confirmed, OrphanStep, is_candidate, plan_orphan};
-use crate::plan::reasons;
+use flex_core::names::{LABEL_ACTION, LABEL_CLAIM_UID, LABEL_VOLUME};
+use flex_core::plan::orphan::{Confirmed, OrphanStep, is_candidate, plan_orphan};
+use flex_core::plan::reasons;
 
 /// How long a succeeded Job's report is waited for in the pod cache.
 const REPORT_WAIT: Duration = Duration::from_secs(60);
@@ -178,7 +178,7 @@ async fn confirm(
     )
     .list_metadata(&ListParams::default().labels(&format!(
         "{}=true,{LABEL_VOLUME}={volume}",
-        crate::names::LABEL_RECORD
+        flex_core::names::LABEL_RECORD
     )))
     .await?;
     Ok(Confirmed {

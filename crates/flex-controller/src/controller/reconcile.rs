@@ -15,15 +15,15 @@ use super::caches::{by_claim, by_class};
 use super::configs::Resolved;
 use super::context::Context;
 use super::{create_or_adopt, gone_is_done};
-use crate::claim::{ClaimRequest, NodeInfo};
-use crate::job::{JobOutcome, ProvisionContext, outcome, provision_job};
-use crate::names::{ANN_SELECTED_NODE, pv_name};
-use crate::plan::claim::{
+use flex_core::claim::{ClaimRequest, NodeInfo};
+use flex_core::job::{JobOutcome, ProvisionContext, outcome, provision_job};
+use flex_core::names::{ANN_SELECTED_NODE, pv_name};
+use flex_core::plan::claim::{
     ANN_ATTEMPT, ANN_GAVE_UP, ANN_INPUTS, ClaimInputs, ConfigState, Step, inputs_hash,
     plan_claim_with,
 };
-use crate::plan::{Notice, reasons};
-use crate::rendered::RenderRequest;
+use flex_core::plan::{Notice, reasons};
+use flex_core::rendered::RenderRequest;
 
 /// A running attempt is looked at again on every change of its Job, its pods and the Job
 /// controller's events about it; this is only the safety net. Short, it made a long burst
@@ -31,7 +31,7 @@ use crate::rendered::RenderRequest;
 const RUNNING_RECHECK: Duration = Duration::from_secs(120);
 
 fn is_provision(job: &Job) -> bool {
-    super::context::action_is(job.labels(), "provision")
+    super::context::action_is(job.labels(), flex_core::names::Action::Provision)
 }
 
 /// How often a claim that waits for a change is looked at anyway.
@@ -50,7 +50,7 @@ pub async fn reconcile(
     };
     let opts = &ctx.opts;
     let uid = claim.uid().unwrap_or_default();
-    let class = crate::claim::class_of(&claim)
+    let class = flex_core::claim::class_of(&claim)
         .unwrap_or_default()
         .to_owned();
     let class_provisioner = ctx
@@ -58,8 +58,11 @@ pub async fn reconcile(
         .classes
         .get(&ObjectRef::new(&class))
         .map(|c| c.provisioner.clone());
-    let ours =
-        crate::plan::claim::is_ours(&claim, class_provisioner.as_deref(), &opts.provisioner_name);
+    let ours = flex_core::plan::claim::is_ours(
+        &claim,
+        class_provisioner.as_deref(),
+        &opts.provisioner_name,
+    );
     // The cache holds a bounded record of each claim (see `caches::trim_claim`); a claim of
     // ours that did not fit is read whole, since its templates and the digest of its inputs
     // read every label and annotation.

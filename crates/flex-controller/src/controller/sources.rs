@@ -5,10 +5,10 @@
 use kube::api::{Api, DynamicObject};
 
 use super::context::Context;
-use crate::claim::{ClaimRequest, DataSource};
-use crate::quantity::parse_bytes;
-use crate::record::read_record;
-use crate::source::SourceData;
+use flex_core::claim::{ClaimRequest, DataSource};
+use flex_core::quantity::parse_bytes;
+use flex_core::record::read_record;
+use flex_core::source::SourceData;
 
 /// What the claim's data source is now; `Unusable` says why it cannot be used (yet).
 pub(super) async fn resolve(

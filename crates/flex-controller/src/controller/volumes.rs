@@ -14,8 +14,9 @@ use kube::{Resource, ResourceExt};
 use super::caches::{by_claim, by_source, by_volume};
 use super::context::{Context, action_is};
 use super::{create_or_adopt, gone_is_done};
-use crate::job::{JobOutcome, outcome};
-use crate::plan::volume::{VolumeInputs, VolumePlan, VolumeStep, plan_volume};
+use flex_core::job::{JobOutcome, outcome};
+use flex_core::names;
+use flex_core::plan::volume::{VolumeInputs, VolumePlan, VolumeStep, plan_volume};
 
 /// The PV's deprovision record, from the API server (only read when a Job may be created):
 /// in the config namespaces alone, which only the controller and kube admins can write.
@@ -23,7 +24,7 @@ pub(super) async fn fetch_record(
     ctx: &Context,
     pv: &PersistentVolume,
 ) -> crate::Result<Option<ConfigMap>> {
-    let name = crate::record::record_name(pv.metadata.uid.as_deref().unwrap_or_default());
+    let name = flex_core::record::record_name(pv.metadata.uid.as_deref().unwrap_or_default());
     for ns in &ctx.opts.config_namespaces {
         if let Some(cm) = Api::<ConfigMap>::namespaced(ctx.client.clone(), ns)
             .get_opt(&name)
@@ -46,7 +47,7 @@ async fn named_by_claim(
     cached: &[(String, String)],
 ) -> crate::Result<bool> {
     let mut candidates: Vec<(String, String)> = cached.to_vec();
-    candidates.extend(record.and_then(crate::record::record_claim));
+    candidates.extend(record.and_then(flex_core::record::record_claim));
     candidates.retain(|c| Some(c) != at);
     candidates.sort();
     candidates.dedup();
@@ -94,7 +95,7 @@ pub async fn reconcile_volume(
         .iter()
         .chain(volume_jobs.iter())
         .map(AsRef::as_ref)
-        .filter(|j| action_is(j.labels(), "provision"))
+        .filter(|j| action_is(j.labels(), names::Action::Provision))
         .collect();
     provision_jobs.sort_by_key(|j| j.metadata.uid.clone());
     provision_jobs.dedup_by_key(|j| j.metadata.uid.clone());
@@ -102,16 +103,19 @@ pub async fn reconcile_volume(
     // a clone's provisioning pod still copying from it.
     let provisioning = claim_jobs
         .iter()
-        .filter(|j| action_is(j.labels(), "provision") || action_is(j.labels(), "expand"))
+        .filter(|j| {
+            action_is(j.labels(), names::Action::Provision)
+                || action_is(j.labels(), names::Action::Expand)
+        })
         .chain(copying_jobs.iter())
         .any(|j| outcome(j, &[]) == JobOutcome::Running);
     let jobs: Vec<&Job> = volume_jobs
         .iter()
         .map(AsRef::as_ref)
-        .filter(|j| action_is(j.labels(), "deprovision"))
+        .filter(|j| action_is(j.labels(), names::Action::Deprovision))
         .collect();
     let mut pods = ctx.caches.pods_by(&by_volume(&name));
-    pods.retain(|p| action_is(p.labels(), "deprovision"));
+    pods.retain(|p| action_is(p.labels(), names::Action::Deprovision));
     let pv_uid = pv.uid().unwrap_or_default();
     // A deprovision Job created a moment ago that the watch has not delivered yet.
     if ctx
@@ -279,8 +283,8 @@ pub async fn reconcile_volume(
         VolumeStep::CreateJob(job) => {
             create_or_adopt(&ctx, job.as_ref()).await?;
             ctx.starts
-                .record_for(&pv_uid, &job.name_any(), crate::job::attempt_of(&job));
-            Action::requeue(crate::plan::volume::RUNNING_RECHECK)
+                .record_for(&pv_uid, &job.name_any(), flex_core::job::attempt_of(&job));
+            Action::requeue(flex_core::plan::volume::RUNNING_RECHECK)
         }
     })
 }

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
 use crate::config::sources::{check_report, volume_sources};
 use crate::config::{AllowedVolumes, PvCreator};
 use crate::job::{JobOutcome, env_of, outcome, report_of};
-use crate::names::{ANN_ALLOWED_VOLUMES, ANN_PV_CREATED, ANN_VOLUME_SOURCES, LABEL_ACTION};
+use crate::names::{ANN_ALLOWED_VOLUMES, ANN_PV_CREATED, ANN_VOLUME_SOURCES};
 use crate::volume::pv_with_source;
 
 /// What the API server says about the Job's claim and volume, read just before deciding.
@@ -54,8 +54,8 @@ pub fn is_candidate(job: &Job) -> bool {
         .metadata
         .labels
         .as_ref()
-        .and_then(|l| l.get(LABEL_ACTION))
-        .is_some_and(|a| a == "provision");
+        .and_then(crate::names::Action::of)
+        == Some(crate::names::Action::Provision);
     provision
         && !pv_created
         // Success is in the Job's conditions; pods only add failure messages.

@@ -7,7 +7,7 @@ use handlebars::{Path, PathSeg};
 
 use super::helpers::{BUILTIN_HELPERS, HELPERS};
 
-/// The shape of the template context (DESIGN §4).
+/// The shape of the template context (README.md, "Templates").
 #[derive(Debug, Clone, Copy)]
 pub enum Field {
     Value,

@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::files::read_documents;
-use crate::Error;
-use crate::config::{
+use flex_core::Error;
+use flex_core::config::{
     ClassConfig, ParseOptions, Problem, Severity, StorageClassInfo, Verdict, parse_config_map_with,
 };
 

@@ -6,7 +6,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::Error;
+use flex_core::Error;
 
 /// One YAML document of a file, with where it came from for messages.
 #[derive(Debug, Clone)]

@@ -7,13 +7,13 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolume, PersistentVo
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::files::read_one;
-use crate::Error;
-use crate::claim::{ClaimRequest, NodeInfo};
-use crate::config::{ClassConfig, ConfigErrors, StorageClassInfo, Verdict, parse_config_map};
-use crate::job::{JobRecipe, ProvisionContext, expand_job, provision_job};
-use crate::names::{ANN_SELECTED_NODE, fnv1a32};
-use crate::rendered::render_for_claim;
-use crate::volume::pv_template;
+use flex_core::Error;
+use flex_core::claim::{ClaimRequest, NodeInfo};
+use flex_core::config::{ClassConfig, ConfigErrors, StorageClassInfo, Verdict, parse_config_map};
+use flex_core::job::{JobRecipe, ProvisionContext, expand_job, provision_job};
+use flex_core::names::{ANN_SELECTED_NODE, fnv1a32};
+use flex_core::rendered::render_for_claim;
+use flex_core::volume::pv_template;
 
 pub struct RenderInput {
     pub config: PathBuf,
@@ -146,14 +146,14 @@ pub fn render_expansion(
         )));
     }
     let to =
-        crate::quantity::parse_bytes(size).map_err(|e| Error::ConfigMismatch(e.to_string()))?;
+        flex_core::quantity::parse_bytes(size).map_err(|e| Error::ConfigMismatch(e.to_string()))?;
     if to <= p.claim.bytes {
         return Err(Error::ConfigMismatch(format!(
             "--size {size} is not more than the claim's request {}",
             p.claim.requested
         )));
     }
-    let record = crate::record::Record {
+    let record = flex_core::record::Record {
         recipe: JobRecipe::deprovision(&p.config, &p.rendered, p.node.as_ref()),
         expand: None,
         parameters: p.rendered.parameters.clone(),
@@ -176,7 +176,7 @@ struct Prepared {
     config: ClassConfig,
     claim: ClaimRequest,
     node: Option<NodeInfo>,
-    rendered: crate::rendered::Rendered,
+    rendered: flex_core::rendered::Rendered,
     pv: PersistentVolume,
 }
 

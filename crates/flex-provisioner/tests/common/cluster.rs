@@ -7,9 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use flex_provisioner::sandbox::Sandbox;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
+use kube_sandbox::Sandbox;
 
 /// The environment variable that selects a real control plane.
 pub const ENV: &str = "FLEX_E2E_K8S";
@@ -285,7 +285,7 @@ fn template(scripts: &Path) -> PathBuf {
     for f in ["start", "stop", "fake-kubelet.py"] {
         key.extend(std::fs::read(scripts.join(f)).unwrap_or_default());
     }
-    let key = flex_provisioner::names::fnv1a32(&key);
+    let key = flex_core::names::fnv1a32(&key);
     let dir = std::env::temp_dir().join(format!("flex-e2e-k8s-template-{key:08x}"));
     let lock = std::fs::File::create(dir.with_extension("lock")).unwrap();
     lock.lock().expect("the template's lock");
@@ -329,7 +329,7 @@ pub async fn start_real(
     let dir = std::env::temp_dir().join(format!(
         "flex-e2e-k8s-{}-{}",
         std::process::id(),
-        flex_provisioner::sandbox::ids::name_suffix()
+        kube_sandbox::ids::name_suffix()
     ));
     for (i, node) in NODES.iter().enumerate() {
         let images_dir = if i == 0 {

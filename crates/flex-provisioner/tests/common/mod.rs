@@ -3,15 +3,15 @@
 
 use std::collections::BTreeMap;
 
-use flex_provisioner::claim::ClaimRequest;
-use flex_provisioner::config::{ClassConfig, StorageClassInfo, Verdict, parse_config_map};
-use flex_provisioner::job::{DEFAULT_JOB_TTL_SECONDS, ProvisionContext, provision_job};
-use flex_provisioner::names::{
+use flex_core::claim::ClaimRequest;
+use flex_core::config::{ClassConfig, StorageClassInfo, Verdict, parse_config_map};
+use flex_core::job::{DEFAULT_JOB_TTL_SECONDS, ProvisionContext, provision_job};
+use flex_core::names::{
     DEFAULT_PROVISIONER_NAME, is_dns_label, is_dns_subdomain, is_env_name, is_label_key,
     is_label_value,
 };
-use flex_provisioner::rendered::render_for_claim;
-use flex_provisioner::volume::pv_template;
+use flex_core::rendered::render_for_claim;
+use flex_core::volume::pv_template;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -150,7 +150,7 @@ pub fn produce(
 ) -> (Job, PersistentVolume) {
     let config = class_config(cm, sc);
     let claim = ClaimRequest::from_claim(pvc).unwrap();
-    let node = node.map(flex_provisioner::claim::NodeInfo::from_node);
+    let node = node.map(flex_core::claim::NodeInfo::from_node);
     let rendered = render_for_claim(&config, &claim, node.as_ref(), P).unwrap();
     let pv = pv_template(&config, &claim, node.as_ref(), P);
     let job = provision_job(

@@ -2,7 +2,7 @@
 //! straight into the sandbox's store, and bound by its PV controller. Shared by the restart
 //! tests and benchmarks.
 
-use flex_provisioner::sandbox::{Sandbox, WriteCtx, resources};
+use kube_sandbox::{Sandbox, WriteCtx, resources};
 use serde_json::json;
 
 /// `n` claims of `class` in `default` named `<class>-<i>`, each with a PV of ours named
@@ -39,7 +39,7 @@ pub fn bound_claims(sb: &Sandbox, class: &str, n: usize) -> Vec<(String, String)
                 pvs,
                 "",
                 json!({"metadata": {"name": pv,
-                         "annotations": {"pv.kubernetes.io/provisioned-by": flex_provisioner::names::DEFAULT_PROVISIONER_NAME},
+                         "annotations": {"pv.kubernetes.io/provisioned-by": flex_core::names::DEFAULT_PROVISIONER_NAME},
                          "finalizers": ["flex-provisioner.io/deprovision"]},
                        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
                                 "storageClassName": class, "persistentVolumeReclaimPolicy": "Retain",

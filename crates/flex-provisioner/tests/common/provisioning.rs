@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use flex_provisioner::controller::{Options, run};
-use flex_provisioner::sandbox::{Sandbox, SandboxOptions};
+use flex_controller::controller::{Options, run};
+use kube_sandbox::{Sandbox, SandboxOptions};
 
 use super::cluster::Cluster;
 use k8s_openapi::api::batch::v1::Job;
@@ -138,7 +138,7 @@ fn write_images() -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "flex-prov-images-{}-{}",
         std::process::id(),
-        flex_provisioner::sandbox::ids::name_suffix()
+        kube_sandbox::ids::name_suffix()
     ));
     for (name, body) in images() {
         let d = dir.join(name);
@@ -171,7 +171,7 @@ pub async fn sandbox() -> Cluster {
 
 pub fn options() -> Options {
     Options {
-        provisioner_name: flex_provisioner::names::DEFAULT_PROVISIONER_NAME.into(),
+        provisioner_name: flex_core::names::DEFAULT_PROVISIONER_NAME.into(),
         config_namespaces: vec![NS.into()],
         controller_namespace: CONTROLLER_NS.into(),
         controller_service_account: "flex-provisioner".into(),
@@ -233,7 +233,7 @@ pub async fn config_as(config: kube::Config, ns: &str, name: &str) -> kube::Conf
 pub async fn class(sb: &Cluster, name: &str, binding: &str, image: &str, extra: serde_json::Value) {
     let client = sb.client().unwrap();
     let sc = json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": name},
-        "provisioner": flex_provisioner::names::DEFAULT_PROVISIONER_NAME, "reclaimPolicy": "Delete", "volumeBindingMode": binding});
+        "provisioner": flex_core::names::DEFAULT_PROVISIONER_NAME, "reclaimPolicy": "Delete", "volumeBindingMode": binding});
     Api::<k8s_openapi::api::storage::v1::StorageClass>::all(client.clone())
         .create(&PostParams::default(), &serde_json::from_value(sc).unwrap())
         .await

@@ -1,5 +1,6 @@
 //! The orphaned-report planner: when storage made for a deleted claim gets a PV, and when not.
 use super::*;
+use crate::names::LABEL_ACTION;
 use serde_json::{Value, json};
 
 const CONFIRMED: Confirmed = Confirmed {
