@@ -11,6 +11,7 @@
 pub mod claim;
 pub mod config;
 mod error;
+pub mod inputs;
 pub mod job;
 pub mod names;
 pub mod plan;

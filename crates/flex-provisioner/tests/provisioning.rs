@@ -884,3 +884,90 @@ async fn the_beta_class_annotation_is_read_before_the_field() {
         "every Job is the annotation's class's"
     );
 }
+
+/// Every field of `expected` is in `actual` with the same value (objects key by key, lists
+/// element by element and of the same length); `actual` may hold more (what the API server
+/// and the Job controller add). Returns the first path that differs.
+fn contains(
+    actual: &serde_json::Value,
+    expected: &serde_json::Value,
+    path: &str,
+) -> Result<(), String> {
+    use serde_json::Value;
+    match (actual, expected) {
+        (Value::Object(a), Value::Object(e)) => e.iter().try_for_each(|(k, v)| match a.get(k) {
+            Some(av) => contains(av, v, &format!("{path}.{k}")),
+            // The API server writes an empty string as no field at all (an env value).
+            None if *v == Value::String(String::new()) => Ok(()),
+            None => Err(format!("{path}.{k}: missing, expected {v}")),
+        }),
+        (Value::Array(a), Value::Array(e)) if a.len() == e.len() => a
+            .iter()
+            .zip(e)
+            .enumerate()
+            .try_for_each(|(i, (av, ev))| contains(av, ev, &format!("{path}[{i}]"))),
+        _ if actual == expected => Ok(()),
+        _ => Err(format!("{path}: {actual} where render prints {expected}")),
+    }
+}
+
+/// What `render` prints for a claim is the Job the controller creates for it: the same
+/// objects in, every field `render` shows is in the created Job with the same value, and
+/// the two carry exactly the same annotations (the digest of the inputs among them).
+#[tokio::test]
+async fn render_prints_the_job_the_controller_creates() {
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::api::storage::v1::StorageClass;
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    class(
+        &sb,
+        "fast",
+        "Immediate",
+        "make-pv",
+        serde_json::json!({"dir": "/volumes/{{claim.namespace}}-{{claim.name}}", "team": "{{dnslabel claim.labels.team}}"}),
+    )
+    .await;
+    let client = sb.client().unwrap();
+    let mut object = claim_object("data", "fast");
+    object.metadata.labels = Some([("team".to_owned(), "alpha".to_owned())].into());
+    Api::<PersistentVolumeClaim>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap();
+    bound(&sb, "data", 60).await;
+    let claim = Api::<PersistentVolumeClaim>::namespaced(client.clone(), "default")
+        .get("data")
+        .await
+        .unwrap();
+    let created = jobs_of(&sb, "provision").await;
+    assert_eq!(created.len(), 1);
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), NS)
+        .get("fast-config")
+        .await
+        .unwrap();
+    let sc = Api::<StorageClass>::all(client.clone())
+        .get("fast")
+        .await
+        .unwrap();
+    let (rendered, _) = flex_provisioner::offline::render_objects(
+        &cm,
+        &sc,
+        claim,
+        None,
+        flex_core::names::DEFAULT_PROVISIONER_NAME,
+        1,
+        options().job_ttl_seconds,
+    )
+    .unwrap();
+    let expected = serde_json::to_value(&rendered).unwrap();
+    let actual = serde_json::to_value::<&Job>(&created[0]).unwrap();
+    if let Err(path) = contains(&actual, &expected, "job") {
+        panic!("the created Job differs from render's: {path}");
+    }
+    assert_eq!(
+        created[0].metadata.annotations, rendered.metadata.annotations,
+        "the same annotations, the inputs' digest among them"
+    );
+}

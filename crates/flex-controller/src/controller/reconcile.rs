@@ -19,8 +19,7 @@ use flex_core::claim::{ClaimRequest, NodeInfo};
 use flex_core::job::{JobOutcome, ProvisionContext, outcome, provision_job};
 use flex_core::names::{ANN_SELECTED_NODE, pv_name};
 use flex_core::plan::claim::{
-    ANN_ATTEMPT, ANN_GAVE_UP, ANN_INPUTS, ClaimInputs, ConfigState, Step, inputs_hash,
-    plan_claim_with,
+    ANN_ATTEMPT, ANN_GAVE_UP, ClaimInputs, ConfigState, Step, plan_claim_with,
 };
 use flex_core::plan::{Notice, reasons};
 use flex_core::rendered::RenderRequest;
@@ -168,7 +167,7 @@ pub async fn reconcile(
         }
     };
     let hash = match (&resolved, &request) {
-        (Resolved::Ready(c), Ok(req)) => inputs_hash(c, req),
+        (Resolved::Ready(c), Ok(req)) => flex_core::inputs::inputs_hash(c, req),
         _ => String::new(),
     };
     let config = match &resolved {
@@ -348,7 +347,7 @@ pub async fn reconcile(
                 return Ok(Action::await_change());
             };
             let request = request.clone()?;
-            let mut job = provision_job(
+            let job = provision_job(
                 ProvisionContext {
                     config,
                     claim: &request,
@@ -361,10 +360,6 @@ pub async fn reconcile(
                 attempt,
                 opts.job_ttl_seconds,
             );
-            job.meta_mut()
-                .annotations
-                .get_or_insert_with(Default::default)
-                .insert(ANN_INPUTS.into(), hash.clone());
             let ns = job.namespace().unwrap_or_default();
             let job_name = job.name_any();
             // Already created (by an earlier run of this controller): adopted.

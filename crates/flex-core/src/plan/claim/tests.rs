@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::config::{ClassConfig, StorageClassInfo, Verdict, parse_config_map};
+use crate::inputs::inputs_hash;
 
 const P: &str = "flex-provisioner.io/job";
 const UID: &str = "u-1";
