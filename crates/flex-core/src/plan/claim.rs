@@ -337,13 +337,46 @@ pub fn plan_claim(i: &ClaimInputs<'_>) -> Plan {
 /// `plan_claim` with the claim's templates already rendered, e.g. by
 /// `RenderRequest::render` inside `tokio::task::spawn_blocking`, from the same configuration,
 /// claim and node as `i`. `None` renders here, on the calling thread.
+///
+/// The stages, in order: [`gate`] (is the claim ours and servable, and what would an attempt
+/// be made from), [`Judging::judge_pv`] (a PV exists under the claim's name),
+/// [`Judging::judge_job`] (the latest attempt's Job) and [`Judging::after_failure`] (retry,
+/// wait or give up).
 pub fn plan_claim_with(
     i: &ClaimInputs<'_>,
     rendered: Option<Result<Rendered, RenderFailure>>,
 ) -> Plan {
+    let judging = match gate(i, rendered) {
+        Ok(g) => Judging::new(i, g),
+        Err(done) => return done,
+    };
+    if let Some(pv) = i.pv {
+        return judging.judge_pv(pv);
+    }
+    if judging.stage != Stage::Pending {
+        return plan(Step::Ignore, vec![]);
+    }
+    judging.judge_job()
+}
+
+/// What the gate lets through: a claim of ours, servable, with what an attempt is made from.
+struct Gated<'a> {
+    stage: Stage,
+    request: ClaimRequest,
+    config: &'a ClassConfig,
+    rendered: Rendered,
+    notices: Vec<Notice>,
+}
+
+/// Stage 1: whether the claim is ours and can be served at all (its fields, its class's
+/// configuration, a selected node when the class waits for one, its templates).
+fn gate<'a>(
+    i: &ClaimInputs<'a>,
+    rendered: Option<Result<Rendered, RenderFailure>>,
+) -> Result<Gated<'a>, Plan> {
     let stage = stage(i.claim);
     if stage == Stage::Other || !is_ours(i.claim, i.class_provisioner, i.provisioner_name) {
-        return plan(Step::Ignore, vec![]);
+        return Err(plan(Step::Ignore, vec![]));
     }
     // Past provisioning, problems are no longer the user's to fix: stay quiet.
     let quiet = |p: Plan| {
@@ -353,152 +386,145 @@ pub fn plan_claim_with(
             plan(Step::Ignore, vec![])
         }
     };
-    let request = match ClaimRequest::from_claim(i.claim) {
-        Ok(r) => r,
-        Err(_) if stage != Stage::Pending => return plan(Step::Ignore, vec![]),
-        Err(e) => {
-            let message = format!("cannot provision this claim: {e}");
-            return plan(
-                Step::Blocked,
-                vec![
-                    Notice::warning(
-                        format!("claim/{}", short_hash(&message)),
-                        reasons::FAILED,
-                        message,
-                    )
-                    .action("Validate"),
-                ],
-            );
-        }
+    let blocked = |key: &str, reason: &'static str, message: String, action: &'static str| {
+        quiet(plan(
+            Step::Blocked,
+            vec![
+                Notice::warning(format!("{key}/{}", short_hash(&message)), reason, message)
+                    .action(action),
+            ],
+        ))
     };
-    let mut notices = Vec::new();
+    let request = ClaimRequest::from_claim(i.claim).map_err(|e| {
+        blocked(
+            "claim",
+            reasons::FAILED,
+            format!("cannot provision this claim: {e}"),
+            "Validate",
+        )
+    })?;
     let config = match i.config {
         ConfigState::Ready(c) => c,
         ConfigState::Unusable(problem) => {
-            notices.push(
-                Notice::warning(
-                    format!("config/{}", short_hash(problem)),
-                    reasons::CONFIG_INVALID,
-                    problem.to_owned(),
-                )
-                .action("Configure"),
-            );
-            return quiet(plan(Step::Blocked, notices));
+            return Err(blocked(
+                "config",
+                reasons::CONFIG_INVALID,
+                problem.to_owned(),
+                "Configure",
+            ));
         }
     };
     if config.class.waits_for_consumer() && request.selected_node.is_none() {
-        return plan(Step::WaitForNode, notices);
+        return Err(plan(Step::WaitForNode, vec![]));
     }
     let rendered =
         rendered.unwrap_or_else(|| render_for_claim(config, &request, i.node, i.provisioner_name));
-    let rendered = match rendered {
-        Ok(r) => r,
-        Err(e) => {
-            let message = format!("cannot provision this claim: {e}");
+    let rendered = rendered.map_err(|e| {
+        blocked(
+            "render",
+            reasons::FAILED,
+            format!("cannot provision this claim: {e}"),
+            "Validate",
+        )
+    })?;
+    Ok(Gated {
+        stage,
+        request,
+        config,
+        rendered,
+        notices: Vec::new(),
+    })
+}
+
+/// A claim past the gate, with what its Jobs, pods and annotations say.
+struct Judging<'i, 'a> {
+    i: &'i ClaimInputs<'a>,
+    stage: Stage,
+    request: ClaimRequest,
+    config: &'a ClassConfig,
+    rendered: Rendered,
+    /// The PV an attempt makes, but for its volume source.
+    template: PersistentVolume,
+    notices: Vec<Notice>,
+    /// The claim's latest provisioning Job, and how it stands.
+    latest: Option<&'a Job>,
+    latest_outcome: Option<JobOutcome>,
+    /// The attempt number the claim records (0: none).
+    on_claim: u32,
+    /// The latest attempt made: recorded on the claim, or created here a moment ago.
+    recorded: u32,
+    /// The latest attempt's number: its Job's, or the recorded one.
+    attempt: u32,
+    /// `pv-creator: controller`: the controller creates the PV from the report.
+    by_controller: bool,
+    /// What the latest attempt's pod reported (controller mode).
+    report: Option<String>,
+    /// `max-concurrent` Jobs of the class are running.
+    throttled: bool,
+    /// Why the claim's data source cannot be used (now or ever).
+    source_problem: Option<(Step, String)>,
+}
+
+impl<'i, 'a> Judging<'i, 'a> {
+    fn new(i: &'i ClaimInputs<'a>, g: Gated<'a>) -> Self {
+        let Gated {
+            stage,
+            request,
+            config,
+            rendered,
+            mut notices,
+        } = g;
+        let template = pv_template(config, &request, i.node, i.provisioner_name);
+        let latest = i.jobs.iter().copied().max_by_key(|j| attempt_of(j));
+        let (on_claim, forged) = recorded_attempt(i.claim, latest.map(attempt_of));
+        if let Some(text) = forged {
             notices.push(
                 Notice::warning(
-                    format!("render/{}", short_hash(&message)),
+                    format!("attempt-ignored/{}", short_hash(&text)),
                     reasons::FAILED,
-                    message,
+                    format!("the claim's annotation {ANN_ATTEMPT}: {text:?} is not an attempt number the provisioner recorded; it is ignored"),
                 )
                 .action("Validate"),
             );
-            return quiet(plan(Step::Blocked, notices));
         }
-    };
-    let template = pv_template(config, &request, i.node, i.provisioner_name);
-    let deprovision = JobRecipe::deprovision(config, &rendered, i.node);
-    let expand = JobRecipe::expand(config, &rendered, i.node);
-    let latest_job = i.jobs.iter().copied().max_by_key(|j| attempt_of(j));
-    // What the Job that made the volume was given; rendered afresh only for a Job made
-    // before Jobs carried it.
-    let record_for = |pv: &PersistentVolume| {
-        latest_job
-            .and_then(|j| crate::record::record_from_attempt(pv, j))
-            .or_else(|| {
-                crate::record::build_record(
-                    pv,
-                    &deprovision,
-                    Some(&expand),
-                    &rendered.parameters_json(),
-                )
-                .map(|r| match latest_job {
-                    Some(j) => crate::record::with_job_owner(r, j),
-                    None => r,
-                })
-            })
-            .map(Box::new)
-    };
-    let by_controller = config.provisioner.pv_creator == PvCreator::Controller;
-    let latest = i.jobs.iter().copied().max_by_key(|j| attempt_of(j));
-    let (on_claim, forged) = recorded_attempt(i.claim, latest.map(attempt_of));
-    if let Some(text) = forged {
-        notices.push(
-            Notice::warning(
-                format!("attempt-ignored/{}", short_hash(&text)),
-                reasons::FAILED,
-                format!("the claim's annotation {ANN_ATTEMPT}: {text:?} is not an attempt number the provisioner recorded; it is ignored"),
-            )
-            .action("Validate"),
-        );
+        let recorded = on_claim.max(i.created_attempt.unwrap_or(0));
+        let by_controller = config.provisioner.pv_creator == PvCreator::Controller;
+        let report = latest
+            .filter(|_| by_controller)
+            .and_then(|j| report_of(j, &i.pods));
+        let latest_outcome = latest.map(|j| {
+            let pods = pods_of(j, &i.pods);
+            notices.extend(pod_notices(attempt_of(j), &pods));
+            outcome(j, &pods)
+        });
+        let throttled = config
+            .provisioner
+            .max_concurrent
+            .is_some_and(|max| i.active_jobs_of_class >= max as usize);
+        let source_problem = source_problem(i, &request, config);
+        Judging {
+            i,
+            stage,
+            template,
+            latest,
+            latest_outcome,
+            on_claim,
+            recorded,
+            attempt: latest.map(attempt_of).unwrap_or(recorded),
+            by_controller,
+            report,
+            throttled,
+            source_problem,
+            request,
+            config,
+            rendered,
+            notices,
+        }
     }
-    let recorded = on_claim.max(i.created_attempt.unwrap_or(0));
-    // An attempt created here that is newer than any Job we see: not in our cache yet.
-    let catching_up = latest.is_some_and(|j| attempt_of(j) < recorded);
-    let attempt = latest.map(attempt_of).unwrap_or(recorded);
-    // With `pv-creator: controller`, what the latest attempt's pod reported.
-    let report = latest
-        .filter(|_| by_controller)
-        .and_then(|j| report_of(j, &i.pods));
-    let reported = report.as_deref().and_then(|r| {
-        let p = &config.provisioner;
-        check_report(r, &p.volume_sources, &p.allowed_volumes).ok()
-    });
-    let expected = Expected {
-        sources: &config.provisioner.volume_sources,
-        reported: reported.as_ref(),
-    };
-    let latest_outcome = latest.map(|j| {
-        let pods = pods_of(j, &i.pods);
-        notices.extend(pod_notices(attempt_of(j), &pods));
-        outcome(j, &pods)
-    });
-    let throttled = config
-        .provisioner
-        .max_concurrent
-        .is_some_and(|max| i.active_jobs_of_class >= max as usize);
-    // A data source the class does not list is refused as before data sources existed;
-    // one it lists must have resolved (a clone's source bound to a volume of ours...).
-    let source_problem = request.data_source.as_ref().and_then(|ds| {
-        let kind = ds.kind_key();
-        if ds.namespace.as_ref().is_some_and(|n| *n != request.namespace) {
-            return Some((Step::Blocked, format!(
-                "cannot provision this claim: its data source {} {} is in namespace {}; only sources in the claim's own namespace are used",
-                ds.kind,
-                ds.name,
-                ds.namespace.as_deref().unwrap_or_default()
-            )));
-        }
-        if !config.provisioner.data_sources.contains(&kind) {
-            return Some((Step::Blocked, format!(
-                "cannot provision this claim: {}; the class's ConfigMap lists no `{kind}` in data-sources",
-                crate::claim::ClaimError::DataSource(format!("{} {}", ds.kind, ds.name))
-            )));
-        }
-        let wait = |why: &str| {
-            Some((
-                Step::AwaitSource,
-                format!("cannot provision this claim from {} {} yet: {why}", ds.kind, ds.name),
-            ))
-        };
-        match i.source {
-            Some(crate::source::SourceData::Unusable(why)) => wait(why),
-            Some(_) => None,
-            None => wait("it has not been read"),
-        }
-    });
-    let start = |attempt: u32, mut notices: Vec<Notice>| {
-        if let Some((step, problem)) = &source_problem {
+
+    /// Attempt `attempt` starts, unless its data source or `max-concurrent` holds it back.
+    fn start(&self, attempt: u32, mut notices: Vec<Notice>) -> Plan {
+        if let Some((step, problem)) = &self.source_problem {
             notices.push(
                 Notice::warning(
                     format!("source/{}", short_hash(problem)),
@@ -509,290 +535,421 @@ pub fn plan_claim_with(
             );
             return plan(step.clone(), notices);
         }
-        if throttled {
+        if self.throttled {
             return plan(Step::Throttled, notices);
         }
         plan(
             Step::Start {
                 attempt,
-                rendered: Box::new(rendered.clone()),
-                template: Box::new(template.clone()),
+                rendered: Box::new(self.rendered.clone()),
+                template: Box::new(self.template.clone()),
             },
             notices,
         )
-    };
+    }
 
-    if let Some(pv) = i.pv {
+    /// The volume's deprovision record: what the Job that made the volume was given;
+    /// rendered afresh only for a Job made before Jobs carried it.
+    fn record_for(
+        &self,
+        pv: &PersistentVolume,
+    ) -> Option<Box<k8s_openapi::api::core::v1::ConfigMap>> {
+        let latest = self.latest;
+        latest
+            .and_then(|j| crate::record::record_from_attempt(pv, j))
+            .or_else(|| {
+                let deprovision = JobRecipe::deprovision(self.config, &self.rendered, self.i.node);
+                let expand = JobRecipe::expand(self.config, &self.rendered, self.i.node);
+                crate::record::build_record(
+                    pv,
+                    &deprovision,
+                    Some(&expand),
+                    &self.rendered.parameters_json(),
+                )
+                .map(|r| match latest {
+                    Some(j) => crate::record::with_job_owner(r, j),
+                    None => r,
+                })
+            })
+            .map(Box::new)
+    }
+
+    /// Stage 2: a PV exists under the claim's name. Right: bookkeeping (and the success
+    /// notice); wrong: removed when our attempt made it, reported and left alone otherwise.
+    fn judge_pv(mut self, pv: &PersistentVolume) -> Plan {
+        let reported = self.report.as_deref().and_then(|r| {
+            let p = &self.config.provisioner;
+            check_report(r, &p.volume_sources, &p.allowed_volumes).ok()
+        });
+        let expected = Expected {
+            sources: &self.config.provisioner.volume_sources,
+            reported: reported.as_ref(),
+        };
         // A bound claim may have grown since: its capacity is expansion's business, not a
         // sign of a wrong volume.
-        let judged = match stage {
-            Stage::Pending => verify(pv, &request, &template, expected),
+        let judged = match self.stage {
+            Stage::Pending => verify(pv, &self.request, &self.template, expected),
             _ => verify(
                 pv,
                 &ClaimRequest {
                     bytes: kube_rules::quantity::Bytes(0),
-                    ..request.clone()
+                    ..self.request.clone()
                 },
-                &template,
+                &self.template,
                 expected,
             ),
         };
-        return match judged {
-            PvCheck::Good { patch } => {
-                let recent = latest
-                    .and_then(|j| j.status.as_ref()?.completion_time.as_ref())
-                    .is_some_and(|t| {
-                        let d = i.now.duration_since(t.0);
-                        !d.is_negative() && d.unsigned_abs() < ANNOUNCE_WITHIN
-                    });
-                let announce = stage == Stage::Pending || recent;
-                // A volume no Job of ours could have made gets neither our records (which
-                // would later tell a deprovision Job what to destroy) nor a success notice.
-                if (announce || patch.is_some()) && !made_by_attempt(pv, &i.jobs) {
-                    let pv_uid = pv.metadata.uid.clone().unwrap_or_default();
-                    notices.push(Notice::warning(
-                        format!("foreign-pv/{pv_uid}"),
-                        reasons::FAILED,
-                        format!("PersistentVolume {} exists but was not made by a provisioning Job of this claim; it is left alone, gets no records of ours and is never deprovisioned by us: an admin should inspect it", pv_name(&request.uid)),
-                    ).about(pv).action("Verify"));
-                    return plan(Step::Blocked, notices);
-                }
-                if announce {
-                    notices.push(
-                        Notice::normal(
-                            format!("succeeded/{}", request.uid),
-                            reasons::SUCCEEDED,
-                            format!("Successfully provisioned volume {}", pv_name(&request.uid)),
-                        )
-                        .about(pv)
-                        .action("Verify"),
-                    );
-                }
-                let record = announce.then(|| record_for(pv)).flatten();
-                plan(Step::Provisioned { patch, record }, notices)
-            }
+        let pv_uid = pv.metadata.uid.clone().unwrap_or_default();
+        let volume = pv_name(&self.request.uid);
+        let attempt = self.attempt;
+        let made_here = made_by_attempt(pv, &self.i.jobs);
+        match judged {
+            PvCheck::Good { patch } => self.provisioned(pv, patch),
             // Kubernetes binds a PV pre-bound to its claim within moments of its creation,
             // before the Job's success reaches the controller: a wrong one made by an image
             // stays bound. It gets no finalizer and no record, so nothing is ever run on its
             // word; it is reported loudly, on the claim and on the PV.
-            PvCheck::Wrong(why) if stage != Stage::Pending => {
-                let pv_uid = pv.metadata.uid.clone().unwrap_or_default();
+            PvCheck::Wrong(why) if self.stage != Stage::Pending => {
                 let name = pv.metadata.name.clone().unwrap_or_default();
-                notices.push(Notice::warning(
+                self.notices.push(Notice::warning(
                     format!("failed/unverified/{pv_uid}"),
                     reasons::FAILED,
                     format!("the claim is bound to PersistentVolume {name}, which the provisioner did not verify: {why}. It gets no finalizer and no record of the provisioner, so nothing will deprovision or expand it: an admin should inspect it (see the README's troubleshooting)"),
                 ).about(pv).action("Verify"));
-                plan(
-                    Step::BoundToUnverified {
-                        pv: Box::new(crate::plan::object_ref(pv)),
-                    },
-                    notices,
-                )
+                let pv = Box::new(crate::plan::object_ref(pv));
+                plan(Step::BoundToUnverified { pv }, self.notices)
             }
-            PvCheck::Wrong(_) if matches!(latest_outcome, Some(JobOutcome::Running)) => {
-                plan(Step::Running { attempt }, notices)
+            PvCheck::Wrong(_) if matches!(self.latest_outcome, Some(JobOutcome::Running)) => {
+                plan(Step::Running { attempt }, self.notices)
             }
             // Removal requested: the volume controller cleans its storage and drops our
             // finalizer; its disappearance brings this claim back.
             PvCheck::Wrong(_) if pv.metadata.deletion_timestamp.is_some() => {
-                plan(Step::AwaitPvRemoval, notices)
+                plan(Step::AwaitPvRemoval, self.notices)
             }
             // The controller makes PVs only from a verified report, so a wrong one in
             // controller mode is someone else's, whenever it was made.
-            PvCheck::Wrong(why) if !by_controller && made_by_attempt(pv, &i.jobs) => {
-                let pv_uid = pv.metadata.uid.clone().unwrap_or_default();
-                notices.push(Notice::warning(
+            PvCheck::Wrong(why) if !self.by_controller && made_here => {
+                self.notices.push(Notice::warning(
                     format!("wrong-pv/{pv_uid}"),
                     reasons::FAILED,
-                    format!("attempt {attempt}: PersistentVolume {} was created, but {why}; it is removed and provisioning retried. Storage it points at is not cleaned by a deprovision Job, which runs only for volumes the controller verified: an admin checks it if the image does not reuse it on the next attempt", pv_name(&request.uid)),
+                    format!("attempt {attempt}: PersistentVolume {volume} was created, but {why}; it is removed and provisioning retried. Storage it points at is not cleaned by a deprovision Job, which runs only for volumes the controller verified: an admin checks it if the image does not reuse it on the next attempt"),
                 ).about(pv).action("Verify"));
                 // No record and no finalizer: nothing is ever run on the word of a PV that
                 // did not verify.
-                plan(Step::RemoveWrongPv { uid: pv_uid }, notices)
+                plan(Step::RemoveWrongPv { uid: pv_uid }, self.notices)
             }
             PvCheck::Wrong(why) => {
-                let pv_uid = pv.metadata.uid.clone().unwrap_or_default();
-                notices.push(Notice::warning(
+                self.notices.push(Notice::warning(
                     format!("foreign-pv/{pv_uid}"),
                     reasons::FAILED,
-                    format!("PersistentVolume {} exists but was not made by a provisioning Job of this claim, and {why}; it is left alone and this claim cannot be provisioned until an admin inspects and deletes it", pv_name(&request.uid)),
+                    format!("PersistentVolume {volume} exists but was not made by a provisioning Job of this claim, and {why}; it is left alone and this claim cannot be provisioned until an admin inspects and deletes it"),
                 ).about(pv).action("Verify"));
-                plan(Step::Blocked, notices)
+                plan(Step::Blocked, self.notices)
             }
-        };
+        }
     }
 
-    if stage != Stage::Pending {
-        return plan(Step::Ignore, vec![]);
-    }
-    let gave_up = annotation(i.claim, ANN_GAVE_UP) == Some(i.inputs_hash);
-    let Some(job) = latest else {
-        if gave_up {
-            return plan(Step::Blocked, notices);
+    /// The PV is right: its bookkeeping, and the success notice while it is news.
+    fn provisioned(mut self, pv: &PersistentVolume, patch: Option<Value>) -> Plan {
+        let recent = self
+            .latest
+            .and_then(|j| j.status.as_ref()?.completion_time.as_ref())
+            .is_some_and(|t| {
+                let d = self.i.now.duration_since(t.0);
+                !d.is_negative() && d.unsigned_abs() < ANNOUNCE_WITHIN
+            });
+        let announce = self.stage == Stage::Pending || recent;
+        let volume = pv_name(&self.request.uid);
+        // A volume no Job of ours could have made gets neither our records (which would
+        // later tell a deprovision Job what to destroy) nor a success notice.
+        if (announce || patch.is_some()) && !made_by_attempt(pv, &self.i.jobs) {
+            let pv_uid = pv.metadata.uid.clone().unwrap_or_default();
+            self.notices.push(Notice::warning(
+                format!("foreign-pv/{pv_uid}"),
+                reasons::FAILED,
+                format!("PersistentVolume {volume} exists but was not made by a provisioning Job of this claim; it is left alone, gets no records of ours and is never deprovisioned by us: an admin should inspect it"),
+            ).about(pv).action("Verify"));
+            return plan(Step::Blocked, self.notices);
         }
-        // Created here a moment ago: the watch has not delivered it yet.
-        if let Some(attempt) = i.created_attempt {
-            return plan(Step::Running { attempt }, notices);
+        if announce {
+            self.notices.push(
+                Notice::normal(
+                    format!("succeeded/{}", self.request.uid),
+                    reasons::SUCCEEDED,
+                    format!("Successfully provisioned volume {volume}"),
+                )
+                .about(pv)
+                .action("Verify"),
+            );
         }
-        // No Job at all: either none was made yet, or the last recorded failure's Job was
-        // cleaned up by its TTL (the next attempt follows it), or it is not in the cache yet
-        // after a restart. Creating an attempt's Job again is safe: an existing one is
-        // adopted.
-        return start(on_claim.saturating_add(1), notices);
-    };
-    if catching_up {
-        return plan(Step::Running { attempt: recorded }, notices);
+        let record = announce.then(|| self.record_for(pv)).flatten();
+        plan(Step::Provisioned { patch, record }, self.notices)
     }
-    let job_uid = job.metadata.uid.clone().unwrap_or_default();
-    let job_name = job.metadata.name.clone().unwrap_or_default();
-    let (permanent, message, at) = match latest_outcome
-        .clone()
-        .expect("computed for the latest job")
-    {
-        JobOutcome::Running => return plan(Step::Running { attempt }, notices),
-        // The PV watch may not have delivered the PV yet: never fail an attempt (and start
-        // another Job) on a cache's word alone.
-        JobOutcome::Succeeded if by_controller => {
-            let at = completion_of(job);
-            match report.as_deref() {
-                Some(raw) => {
-                    let p = &config.provisioner;
-                    match check_report(raw, &p.volume_sources, &p.allowed_volumes)
-                        .and_then(|source| pv_with_source(&template, &source))
-                    {
-                        Ok(pv) => return plan(Step::CreatePv { pv: Box::new(pv) }, notices),
-                        // The image's own doing, the same every time: retried only once the
-                        // claim or the configuration changed.
-                        Err(why) => (
-                            true,
-                            format!(
-                                "the provisioner Job {job_name} succeeded, but {why}; no PersistentVolume is created (storage the image made may need cleaning up by an admin)"
-                            ),
-                            at,
-                        ),
-                    }
-                }
-                None if at.is_none_or(|t| {
-                    let d = i.now.duration_since(t);
-                    d.is_negative() || d.unsigned_abs() < REPORT_WAIT
-                }) =>
-                {
-                    return plan(Step::AwaitReport, notices);
-                }
-                None => (
-                    false,
-                    format!(
-                        "the provisioner Job {job_name} succeeded, but its pod, whose termination message holds the volume source, is gone"
-                    ),
-                    at,
-                ),
+
+    /// Stage 3: no PV yet, the claim pending: the latest attempt's Job decides.
+    fn judge_job(mut self) -> Plan {
+        let gave_up = annotation(self.i.claim, ANN_GAVE_UP) == Some(self.i.inputs_hash);
+        let Some(job) = self.latest else {
+            if gave_up {
+                return plan(Step::Blocked, self.notices);
             }
+            // Created here a moment ago: the watch has not delivered it yet.
+            if let Some(attempt) = self.i.created_attempt {
+                return plan(Step::Running { attempt }, self.notices);
+            }
+            // No Job at all: either none was made yet, or the last recorded failure's Job
+            // was cleaned up by its TTL (the next attempt follows it), or it is not in the
+            // cache yet after a restart. Creating an attempt's Job again is safe: an
+            // existing one is adopted.
+            let notices = std::mem::take(&mut self.notices);
+            return self.start(self.on_claim.saturating_add(1), notices);
+        };
+        // An attempt created here that is newer than any Job we see: not in our cache yet.
+        if attempt_of(job) < self.recorded {
+            return plan(
+                Step::Running {
+                    attempt: self.recorded,
+                },
+                self.notices,
+            );
         }
-        JobOutcome::Succeeded if !i.pv_absence_confirmed => {
-            return plan(Step::ConfirmPv, notices);
-        }
-        JobOutcome::Succeeded => (
-            false,
-            format!(
+        let failure = match self.latest_outcome.clone() {
+            None | Some(JobOutcome::Running) => {
+                return plan(
+                    Step::Running {
+                        attempt: self.attempt,
+                    },
+                    self.notices,
+                );
+            }
+            Some(JobOutcome::Succeeded) => match self.succeeded(job) {
+                Ok(failure) => failure,
+                Err(step) => return plan(step, self.notices),
+            },
+            Some(JobOutcome::Failed {
+                permanent,
+                message,
+                at,
+            }) => Failure {
+                permanent,
+                message,
+                at,
+            },
+        };
+        self.after_failure(job, failure, gave_up)
+    }
+
+    /// A succeeded Job: the PV to create from its report (controller mode), a read to make
+    /// before judging, or why the attempt failed after all.
+    fn succeeded(&self, job: &Job) -> Result<Failure, Step> {
+        let job_name = job.metadata.name.clone().unwrap_or_default();
+        let at = completion_of(job);
+        if !self.by_controller {
+            // The PV watch may not have delivered the PV yet: never fail an attempt (and
+            // start another Job) on a cache's word alone.
+            if !self.i.pv_absence_confirmed {
+                return Err(Step::ConfirmPv);
+            }
+            let message = format!(
                 "the provisioner Job {job_name} succeeded but created no PersistentVolume {}",
-                pv_name(&request.uid)
-            ),
-            completion_of(job),
-        ),
-        JobOutcome::Failed {
+                pv_name(&self.request.uid)
+            );
+            return Ok(Failure::transient(message, at));
+        }
+        let Some(raw) = self.report.as_deref() else {
+            let fresh = at.is_none_or(|t| {
+                let d = self.i.now.duration_since(t);
+                d.is_negative() || d.unsigned_abs() < REPORT_WAIT
+            });
+            if fresh {
+                return Err(Step::AwaitReport);
+            }
+            let message = format!(
+                "the provisioner Job {job_name} succeeded, but its pod, whose termination message holds the volume source, is gone"
+            );
+            return Ok(Failure::transient(message, at));
+        };
+        let p = &self.config.provisioner;
+        match check_report(raw, &p.volume_sources, &p.allowed_volumes)
+            .and_then(|source| pv_with_source(&self.template, &source))
+        {
+            Ok(pv) => Err(Step::CreatePv { pv: Box::new(pv) }),
+            // The image's own doing, the same every time: retried only once the claim or
+            // the configuration changed.
+            Err(why) => Ok(Failure {
+                permanent: true,
+                message: format!(
+                    "the provisioner Job {job_name} succeeded, but {why}; no PersistentVolume is created (storage the image made may need cleaning up by an admin)"
+                ),
+                at,
+            }),
+        }
+    }
+
+    /// Stage 4: the latest attempt failed: give up (for these inputs), start afresh (the
+    /// inputs changed), or retry after the backoff, recording the attempt on the claim
+    /// when its Job expires first.
+    fn after_failure(mut self, job: &Job, failure: Failure, gave_up: bool) -> Plan {
+        let Failure {
             permanent,
             message,
             at,
-        } => (permanent, message, at),
-    };
-    let same_inputs = job
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ANN_INPUTS))
-        .is_none_or(|h| h == i.inputs_hash);
-    let out_of_attempts = config
-        .provisioner
-        .max_attempts
-        .is_some_and(|max| attempt >= max);
-    if (permanent || out_of_attempts) && same_inputs {
-        let why = if permanent && matches!(latest_outcome, Some(JobOutcome::Succeeded)) {
-            "a bad report is not retried until the claim or the configuration changes"
-        } else if permanent {
-            "the exit code is permanent, so it is not retried until the claim or the configuration changes"
-        } else {
-            "max-attempts is reached, so it is not retried until the claim or the configuration changes"
-        };
+        } = failure;
+        let attempt = self.attempt;
+        let job_uid = job.metadata.uid.clone().unwrap_or_default();
+        let same_inputs = job
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANN_INPUTS))
+            .is_none_or(|h| h == self.i.inputs_hash);
+        let out_of_attempts = self
+            .config
+            .provisioner
+            .max_attempts
+            .is_some_and(|max| attempt >= max);
+        if (permanent || out_of_attempts) && same_inputs {
+            let succeeded = matches!(self.latest_outcome, Some(JobOutcome::Succeeded));
+            let why = if permanent && succeeded {
+                "a bad report is not retried until the claim or the configuration changes"
+            } else if permanent {
+                "the exit code is permanent, so it is not retried until the claim or the configuration changes"
+            } else {
+                "max-attempts is reached, so it is not retried until the claim or the configuration changes"
+            };
+            self.notices.push(
+                Notice::warning(
+                    format!("failed/{job_uid}"),
+                    reasons::FAILED,
+                    format!("attempt {attempt} failed: {message}; {why}"),
+                )
+                .about(job)
+                .action("GiveUp"),
+            );
+            let step = match gave_up {
+                true => Step::Blocked,
+                false => Step::GiveUp { attempt },
+            };
+            return plan(step, self.notices);
+        }
+        let mut notices = std::mem::take(&mut self.notices);
+        if permanent || out_of_attempts {
+            // The claim or configuration changed since: a fresh try.
+            return self.start(attempt.saturating_add(1), notices);
+        }
+        let i = self.i;
+        let wait = delay_after(attempt, i.retry_base);
+        let remaining = wait_remaining(attempt, i.retry_base, at, i.now);
         notices.push(
             Notice::warning(
                 format!("failed/{job_uid}"),
                 reasons::FAILED,
-                format!("attempt {attempt} failed: {message}; {why}"),
+                format!(
+                    "attempt {attempt} failed: {message}; attempt {} starts in {}s",
+                    attempt.saturating_add(1),
+                    wait.as_secs()
+                ),
             )
             .about(job)
-            .action("GiveUp"),
+            .action("Retry"),
         );
-        return plan(
-            if gave_up {
-                Step::Blocked
-            } else {
-                Step::GiveUp { attempt }
-            },
-            notices,
-        );
-    }
-    if permanent || out_of_attempts {
-        // The claim or configuration changed since: a fresh try.
-        return start(attempt.saturating_add(1), notices);
-    }
-    let wait = delay_after(attempt, i.retry_base);
-    let remaining = wait_remaining(attempt, i.retry_base, at, i.now);
-    notices.push(
-        Notice::warning(
-            format!("failed/{job_uid}"),
-            reasons::FAILED,
-            format!(
-                "attempt {attempt} failed: {message}; attempt {} starts in {}s",
-                attempt.saturating_add(1),
-                wait.as_secs()
-            ),
-        )
-        .about(job)
-        .action("Retry"),
-    );
-    if remaining.is_zero() {
-        let next = start(attempt.saturating_add(1), notices);
-        // Held back (max-concurrent, a data source not usable yet): if the failed Job
-        // expires meanwhile, its number must not be lost with it.
-        let held = !matches!(next.step, Step::Start { .. });
-        if held && on_claim < attempt && expires_before(job, at, EXPIRY_MARGIN, i.now) {
-            return plan(
-                Step::RecordAttempt {
+        let unrecorded = self.on_claim < attempt;
+        if remaining.is_zero() {
+            let next = self.start(attempt.saturating_add(1), notices);
+            // Held back (max-concurrent, a data source not usable yet): if the failed Job
+            // expires meanwhile, its number must not be lost with it.
+            let held = !matches!(next.step, Step::Start { .. });
+            if held && unrecorded && expires_before(job, at, EXPIRY_MARGIN, i.now) {
+                let step = Step::RecordAttempt {
                     attempt,
                     wait: HELD_RECHECK,
-                },
-                next.notices,
-            );
+                };
+                return plan(step, next.notices);
+            }
+            return next;
         }
-        return next;
-    }
-    if on_claim < attempt && expires_before(job, at, remaining + EXPIRY_MARGIN, i.now) {
-        return plan(
-            Step::RecordAttempt {
+        if unrecorded && expires_before(job, at, remaining + EXPIRY_MARGIN, i.now) {
+            let step = Step::RecordAttempt {
                 attempt,
                 wait: remaining,
-            },
-            notices,
-        );
-    }
-    plan(
-        Step::Backoff {
+            };
+            return plan(step, notices);
+        }
+        let step = Step::Backoff {
             next_attempt: attempt.saturating_add(1),
             wait: remaining,
-        },
-        notices,
-    )
+        };
+        plan(step, notices)
+    }
+}
+
+/// Why an attempt failed: for good (until the inputs change) or for now, and when.
+struct Failure {
+    permanent: bool,
+    message: String,
+    at: Option<jiff::Timestamp>,
+}
+
+impl Failure {
+    fn transient(message: String, at: Option<jiff::Timestamp>) -> Self {
+        Failure {
+            permanent: false,
+            message,
+            at,
+        }
+    }
+}
+
+/// Why the claim's data source cannot be used: never as it stands (another namespace, a
+/// kind the class does not list), or not yet (not resolved, or unusable for now).
+fn source_problem(
+    i: &ClaimInputs<'_>,
+    request: &ClaimRequest,
+    config: &ClassConfig,
+) -> Option<(Step, String)> {
+    // A data source the class does not list is refused as before data sources existed;
+    // one it lists must have resolved (a clone's source bound to a volume of ours...).
+    let ds = request.data_source.as_ref()?;
+    let kind = ds.kind_key();
+    if ds
+        .namespace
+        .as_ref()
+        .is_some_and(|n| *n != request.namespace)
+    {
+        return Some((
+            Step::Blocked,
+            format!(
+                "cannot provision this claim: its data source {} {} is in namespace {}; only sources in the claim's own namespace are used",
+                ds.kind,
+                ds.name,
+                ds.namespace.as_deref().unwrap_or_default()
+            ),
+        ));
+    }
+    if !config.provisioner.data_sources.contains(&kind) {
+        return Some((
+            Step::Blocked,
+            format!(
+                "cannot provision this claim: {}; the class's ConfigMap lists no `{kind}` in data-sources",
+                crate::claim::ClaimError::DataSource(format!("{} {}", ds.kind, ds.name))
+            ),
+        ));
+    }
+    let wait = |why: &str| {
+        Some((
+            Step::AwaitSource,
+            format!(
+                "cannot provision this claim from {} {} yet: {why}",
+                ds.kind, ds.name
+            ),
+        ))
+    };
+    match i.source {
+        Some(crate::source::SourceData::Unusable(why)) => wait(why),
+        Some(_) => None,
+        None => wait("it has not been read"),
+    }
 }
 
 /// Whether a finished Job is removed by its TTL within `within` from now.
