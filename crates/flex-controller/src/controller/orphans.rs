@@ -94,7 +94,7 @@ async fn look_into(
     // The Job names its claim; the one cached under that name counts only with the uid. A
     // claim still shown, but being deleted, is waited out: the Job's next event may be its
     // removal, long after its pod (and report) is gone.
-    let claim = super::claim_ref_of(job.meta().annotations.as_ref())
+    let claim = super::wiring::claim_ref_of(job.meta().annotations.as_ref())
         .and_then(|r| ctx.caches.claim(r.namespace.as_deref()?, &r.name))
         .filter(|c| c.uid().as_deref() == Some(claim_uid.as_str()));
     match claim {
@@ -152,7 +152,7 @@ async fn confirm(
     claim_uid: &str,
     volume: &str,
 ) -> Result<Confirmed, kube::Error> {
-    let claim = match super::claim_ref_of(job.meta().annotations.as_ref()) {
+    let claim = match super::wiring::claim_ref_of(job.meta().annotations.as_ref()) {
         Some(r) => {
             Api::<PersistentVolumeClaim>::namespaced(
                 ctx.client.clone(),

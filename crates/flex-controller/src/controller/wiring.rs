@@ -1,0 +1,286 @@
+//! The wiring of one leading instance: lead (or act alone), watch, then run the claim
+//! controller, the volume controller and the orphan check on the same watches until
+//! leadership is lost. Decisions are made in flex-core's `plan`; the reconcilers fetch and
+//! apply.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Event as CoreEvent, PersistentVolume, PersistentVolumeClaim,
+};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::runtime::controller::{self, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, Resource};
+
+use super::compact::Compact;
+use super::context::Context;
+use super::watches::watch_everything;
+use super::{Options, caches, fan_out, index, orphans, reconcile, volumes};
+use flex_core::names::{ANN_CLAIM, LABEL_CONFIG_CLASS};
+
+/// Reconciles in flight per controller. Unbounded, a restart in a cluster of 50,000 claims
+/// started 50,000 reconciles at once, each holding its state in memory; the rest wait in
+/// kube-runtime's scheduler as a key each.
+const RECONCILES_AT_ONCE: u16 = 64;
+
+/// Waits for the Lease (if any), then runs the controllers until leadership is lost.
+pub(super) async fn act(
+    client: Client,
+    opts: Options,
+    metrics: Arc<crate::metrics::Metrics>,
+    health: Arc<crate::http::Health>,
+) -> crate::Result<()> {
+    super::preflight(&client, &opts).await?;
+    let fence = lead(&client, &opts, &health).await;
+    let leader = opts.leader.clone();
+    let lease_client = client.clone();
+    // Every request of the controllers passes the rate limit, and every write the fence;
+    // the lease's own requests do neither.
+    let limiter = opts.api_limits.map(crate::throttle::Limiter::new);
+    let client = crate::fence::fenced(client, fence.clone(), limiter);
+    let controllers = controllers(client, opts, metrics, health);
+    let Some(l) = leader else {
+        controllers.await;
+        return Ok(());
+    };
+    let mut holder = crate::leader::Holder::start(&lease_client, &l, fence)
+        .map_err(crate::Error::LeaseThread)?;
+    tokio::select! {
+        _ = controllers => Ok(()),
+        _ = holder.lost() => Err(crate::Error::LeadershipLost),
+    }
+}
+
+/// Takes the Lease (standing by, and ready as a standby, until then) and returns the fence
+/// the controllers' writes pass; without leader election a fence that never closes.
+async fn lead(
+    client: &Client,
+    opts: &Options,
+    health: &crate::http::Health,
+) -> Arc<crate::fence::Fence> {
+    let Some(l) = &opts.leader else {
+        return crate::fence::Fence::open();
+    };
+    health.standby.store(true, Ordering::Relaxed);
+    let won = crate::leader::acquire(client, l).await;
+    health.standby.store(false, Ordering::Relaxed);
+    crate::fence::Fence::until(won + l.renew_deadline)
+}
+
+/// The watches, the context every reconcile shares, and what runs on them: the claim and
+/// volume controllers, the orphan check, readiness and the gauge.
+async fn controllers(
+    client: Client,
+    opts: Options,
+    metrics: Arc<crate::metrics::Metrics>,
+    health: Arc<crate::http::Health>,
+) {
+    let w = watch_everything(&client, &opts);
+    let claims = w.caches.claims.clone();
+    let volumes_store = w.caches.volumes.clone();
+    let jobs_stores = w.caches.jobs.clone();
+    let ctx = Arc::new(Context::new(client, opts, metrics, w.caches));
+    let ready_ctx = ctx.clone();
+    let mark_ready = async move {
+        ready_ctx.ready().await;
+        health.ready.store(true, Ordering::Relaxed);
+    };
+    let synced_ctx = ctx.clone();
+    let synced = async move { synced_ctx.open_when_synced().await };
+    let gauge = count_active_jobs(ctx.clone());
+    // Node changes trigger nothing: the stream is only drained.
+    let drain_nodes = w.nodes.for_each(|_| async {});
+    // PVs and our Jobs trigger both controllers (and Jobs the orphan check) from one watch each.
+    let ([volumes_for_claims, volumes_for_volumes], share_volumes) =
+        fan_out::fan_out::<Compact<PersistentVolume>, 2>(w.volumes);
+    let ([jobs_for_claims, jobs_for_volumes, jobs_for_orphans], share_jobs) =
+        fan_out::fan_out::<Job, 3>(w.jobs);
+    let orphans_run = orphans::run(jobs_for_orphans, ctx.clone());
+    let volumes_run = volume_controller(
+        volumes_store,
+        volumes_for_volumes,
+        jobs_for_volumes,
+        ctx.clone(),
+    );
+    let claims_run = claim_controller(
+        ClaimTriggers {
+            claims: w.claims,
+            jobs: jobs_for_claims,
+            pods: w.pods,
+            failed_creates: w.failed_creates,
+            volumes: volumes_for_claims,
+            classes: w.classes,
+            config_maps: w.config_maps,
+        },
+        claims,
+        jobs_stores,
+        ctx,
+    );
+    futures::join!(
+        claims_run,
+        volumes_run,
+        orphans_run,
+        share_volumes,
+        share_jobs,
+        drain_nodes,
+        gauge,
+        synced,
+        mark_ready
+    );
+}
+
+type Changes<K> = BoxStream<'static, Result<K, watcher::Error>>;
+
+/// The volume controller: a PV's own changes, and those of its Jobs (its deprovision and
+/// expansion Jobs, and provisioning Jobs that copy from it).
+fn volume_controller(
+    store: kube::runtime::reflector::Store<Compact<PersistentVolume>>,
+    volumes: Changes<Compact<PersistentVolume>>,
+    jobs: Changes<Job>,
+    ctx: Arc<Context>,
+) -> futures::future::BoxFuture<'static, ()> {
+    let config = controller::Config::default().concurrency(RECONCILES_AT_ONCE);
+    Controller::for_stream(volumes, store)
+        .with_config(config)
+        .watches_stream(jobs, |job: Job| {
+            // Its own volume, and a clone's source, which waits for the copy to finish.
+            let own = job
+                .meta()
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(flex_core::names::LABEL_VOLUME))
+                .map(|v| ObjectRef::new(v));
+            let source = job
+                .meta()
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(flex_core::names::ANN_SOURCE_VOLUME))
+                .map(|v| ObjectRef::new(v));
+            own.into_iter().chain(source)
+        })
+        .run(volumes::reconcile_volume, Context::error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "volume reconcile failed; it is retried");
+            }
+        })
+        .boxed()
+}
+
+/// What brings a claim to its reconciler besides its own changes.
+struct ClaimTriggers {
+    claims: Changes<Compact<PersistentVolumeClaim>>,
+    jobs: Changes<Job>,
+    pods: Changes<k8s_openapi::api::core::v1::Pod>,
+    failed_creates: Changes<CoreEvent>,
+    volumes: Changes<Compact<PersistentVolume>>,
+    classes: Changes<StorageClass>,
+    config_maps: Changes<ConfigMap>,
+}
+
+/// The claim controller: a claim's own changes, its Jobs', their pods' and the Job
+/// controller's `FailedCreate` events, its PV's (by claimRef), and any change of its class or
+/// the class's ConfigMap.
+fn claim_controller(
+    t: ClaimTriggers,
+    claims: index::Indexed<PersistentVolumeClaim, Compact<PersistentVolumeClaim>>,
+    jobs: Vec<index::Indexed<Job>>,
+    ctx: Arc<Context>,
+) -> futures::future::BoxFuture<'static, ()> {
+    let config = controller::Config::default().concurrency(RECONCILES_AT_ONCE);
+    let (by_class, by_config) = (claims.clone(), claims.clone());
+    Controller::for_stream(t.claims, claims.store.clone())
+        .with_config(config)
+        .watches_stream(t.jobs, |job: Job| {
+            claim_ref_of(job.meta().annotations.as_ref())
+        })
+        .watches_stream(t.pods, |pod: k8s_openapi::api::core::v1::Pod| {
+            claim_ref_of(pod.meta().annotations.as_ref())
+        })
+        // A FailedCreate event names its Job; the Job names its claim.
+        .watches_stream(t.failed_creates, move |ev: CoreEvent| {
+            let o = &ev.involved_object;
+            let at = ObjectRef::<Job>::new(o.name.as_deref()?).within(o.namespace.as_deref()?);
+            let job = jobs.iter().find_map(|j| j.store.get(&at))?;
+            claim_ref_of(job.meta().annotations.as_ref())
+        })
+        .watches_stream(t.volumes, |pv: Compact<PersistentVolume>| {
+            let r = pv.full()?.spec?.claim_ref?;
+            Some(ObjectRef::new(r.name.as_deref()?).within(r.namespace.as_deref()?))
+        })
+        .watches_stream(t.classes, move |sc: StorageClass| {
+            claims_of_class(&by_class, sc.meta().name.as_deref().unwrap_or_default())
+        })
+        .watches_stream(t.config_maps, move |cm: ConfigMap| {
+            let class = cm
+                .meta()
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_CONFIG_CLASS))
+                .cloned()
+                .unwrap_or_default();
+            claims_of_class(&by_config, &class)
+        })
+        .run(reconcile::reconcile, Context::error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "reconcile failed; it is retried");
+            }
+        })
+        // On the heap: with its many trigger streams this future is large, and tests run
+        // the controller on a thread with a small stack.
+        .boxed()
+}
+
+pub(super) fn claim_ref_of(
+    annotations: Option<&std::collections::BTreeMap<String, String>>,
+) -> Option<ObjectRef<Compact<PersistentVolumeClaim>>> {
+    let (ns, name) = annotations?.get(ANN_CLAIM)?.split_once('/')?;
+    Some(ObjectRef::new(name).within(ns))
+}
+
+fn claims_of_class(
+    claims: &index::Indexed<PersistentVolumeClaim, Compact<PersistentVolumeClaim>>,
+    class: &str,
+) -> Vec<ObjectRef<Compact<PersistentVolumeClaim>>> {
+    claims.refs(&caches::by_class(class))
+}
+
+/// Keeps the active-Jobs gauge current from the Job cache.
+async fn count_active_jobs(ctx: Arc<Context>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        tick.tick().await;
+        ctx.metrics.active_jobs.reset();
+        for job in ctx.caches.all_jobs() {
+            if flex_core::job::outcome(&job, &[]) != flex_core::job::JobOutcome::Running {
+                continue;
+            }
+            let class = job
+                .meta()
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(flex_core::names::ANN_STORAGE_CLASS))
+                .cloned()
+                .unwrap_or_default();
+            let action = job
+                .meta()
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(flex_core::names::LABEL_ACTION))
+                .cloned()
+                .unwrap_or_default();
+            ctx.metrics
+                .active_jobs
+                .with_label_values(&[&class, &action])
+                .inc();
+        }
+    }
+}
