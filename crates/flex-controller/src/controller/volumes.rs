@@ -65,6 +65,8 @@ async fn named_by_claim(
     Ok(false)
 }
 
+/// One PV of ours: gather, decide (reading the record, the claim and the PV afresh when
+/// the plan asks), tell, apply.
 pub async fn reconcile_volume(
     cached: Arc<super::compact::Compact<PersistentVolume>>,
     ctx: Arc<Context>,
@@ -73,164 +75,232 @@ pub async fn reconcile_volume(
     let Some(pv) = cached.full().map(Arc::new) else {
         return Ok(Action::await_change());
     };
-    let opts = &ctx.opts;
-    if !flex_core::volume::provisioned_by(&pv, &opts.provisioner_name) {
+    if !flex_core::volume::provisioned_by(&pv, &ctx.opts.provisioner_name) {
         return Ok(Action::await_change());
     }
+    let g = gather(pv, &ctx);
+    // A deprovision Job created a moment ago that the watch has not delivered yet.
+    if ctx
+        .starts
+        .unseen_for(&g.pv_uid, |job| g.jobs().any(|j| j.name_any() == job))
+        .is_some()
+    {
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
+    let Some(plan) = decide(&g, &ctx).await? else {
+        // The volume is gone, or another has its name now.
+        return Ok(Action::await_change());
+    };
+    ctx.tell(&g.pv.object_ref(&()), &g.class, &plan.notices)
+        .await;
+    apply(&g, &ctx, plan.step).await
+}
+
+/// What a volume's plan is made from, read from the caches.
+struct Gathered {
+    pv: Arc<PersistentVolume>,
+    name: String,
+    pv_uid: String,
+    class: String,
+    /// (namespace, name) of the claim at the claimRef, and that claim as cached.
+    at: Option<(String, String)>,
+    cached_claim: Option<Arc<PersistentVolumeClaim>>,
+    /// Claims other than the one at the claimRef that name this volume (the one it was
+    /// made for, after a re-pointed claimRef; one an admin hands it to), from the cache.
+    others_naming: Vec<(String, String)>,
+    /// The Jobs that made this volume: by its claim, and by its name (a claimRef an admin
+    /// cleared or re-pointed no longer names the claim they were for).
+    provision_jobs: Vec<Arc<Job>>,
+    /// A provisioning or expansion pod still at work on the volume, or a clone's still
+    /// copying from it.
+    provisioning: bool,
+    /// Jobs and pods under the volume's name (its deprovision Jobs among them).
+    volume_jobs: Vec<Arc<Job>>,
+    pods: Vec<Arc<k8s_openapi::api::core::v1::Pod>>,
+}
+
+impl Gathered {
+    /// The volume's deprovision Jobs.
+    fn jobs(&self) -> impl Iterator<Item = &Job> {
+        self.volume_jobs
+            .iter()
+            .map(AsRef::as_ref)
+            .filter(|j| action_is(j.labels(), names::Action::Deprovision))
+    }
+}
+
+fn gather(pv: Arc<PersistentVolume>, ctx: &Context) -> Gathered {
     let name = pv.name_any();
     let claim_ref = pv.spec.as_ref().and_then(|s| s.claim_ref.clone());
-    let claim_uid = claim_ref
-        .as_ref()
-        .and_then(|r| r.uid.clone())
-        .unwrap_or_default();
-    let claim_jobs = match claim_uid.as_str() {
-        "" => vec![],
-        uid => ctx.caches.jobs_by(&by_claim(uid)),
+    let claim_uid = claim_ref.as_ref().and_then(|r| r.uid.clone());
+    let claim_jobs = match claim_uid.as_deref() {
+        None | Some("") => vec![],
+        Some(uid) => ctx.caches.jobs_by(&by_claim(uid)),
     };
-    let copying_jobs = ctx.caches.jobs_by(&by_source(&name));
     let volume_jobs = ctx.caches.jobs_by(&by_volume(&name));
-    // The Jobs that made this volume: by its claim, and by its name (a claimRef an admin
-    // cleared or re-pointed no longer names the claim they were for).
-    let mut provision_jobs: Vec<&Job> = claim_jobs
+    let mut provision_jobs: Vec<Arc<Job>> = claim_jobs
         .iter()
         .chain(volume_jobs.iter())
-        .map(AsRef::as_ref)
         .filter(|j| action_is(j.labels(), names::Action::Provision))
+        .cloned()
         .collect();
     provision_jobs.sort_by_key(|j| j.metadata.uid.clone());
     provision_jobs.dedup_by_key(|j| j.metadata.uid.clone());
-    // A provisioning or expansion pod still at work on the volume is waited for, and so is
-    // a clone's provisioning pod still copying from it.
     let provisioning = claim_jobs
         .iter()
         .filter(|j| {
             action_is(j.labels(), names::Action::Provision)
                 || action_is(j.labels(), names::Action::Expand)
         })
-        .chain(copying_jobs.iter())
+        .chain(ctx.caches.jobs_by(&by_source(&name)).iter())
         .any(|j| outcome(j, &[]) == JobOutcome::Running);
-    let jobs: Vec<&Job> = volume_jobs
-        .iter()
-        .map(AsRef::as_ref)
-        .filter(|j| action_is(j.labels(), names::Action::Deprovision))
-        .collect();
     let mut pods = ctx.caches.pods_by(&by_volume(&name));
     pods.retain(|p| action_is(p.labels(), names::Action::Deprovision));
-    let pv_uid = pv.uid().unwrap_or_default();
-    // A deprovision Job created a moment ago that the watch has not delivered yet.
-    if ctx
-        .starts
-        .unseen_for(&pv_uid, |job| jobs.iter().any(|j| j.name_any() == job))
-        .is_some()
-    {
-        return Ok(Action::requeue(Duration::from_secs(5)));
-    }
     let at = claim_ref
         .as_ref()
         .and_then(|r| Some((r.namespace.clone()?, r.name.clone()?)));
-    let cached = at.as_ref().and_then(|(ns, n)| ctx.caches.claim(ns, n));
-    // Claims other than the one at the claimRef that name this volume (the one it was made
-    // for, after a re-pointed claimRef; one an admin hands it to): from the cache first.
+    let cached_claim = at.as_ref().and_then(|(ns, n)| ctx.caches.claim(ns, n));
     let others_naming = ctx
         .caches
         .claims_naming(&name)
         .into_iter()
         .filter(|c| Some(c) != at.as_ref())
-        .collect::<Vec<_>>();
-    let plan_with = |pv: &PersistentVolume,
-                     claim: Option<&PersistentVolumeClaim>,
-                     record: Option<&ConfigMap>,
-                     named_by_claim: bool,
-                     confirmed: bool,
-                     record_read: bool|
-     -> VolumePlan {
-        plan_volume(&VolumeInputs {
-            pv,
-            record,
-            provision_jobs: provision_jobs.clone(),
-            provisioner_name: &opts.provisioner_name,
-            claim,
-            named_by_claim,
-            claim_confirmed: confirmed,
-            record_read,
-            provisioning,
-            jobs: jobs.clone(),
-            pods: pods.iter().map(AsRef::as_ref).collect(),
-            retry_base: opts.retry_base,
-            job_ttl_seconds: opts.job_ttl_seconds,
-            now: jiff::Timestamp::now(),
-        })
-    };
-    let mut plan = plan_with(
-        &pv,
-        cached.as_deref(),
-        None,
-        !others_naming.is_empty(),
-        false,
-        false,
-    );
-    if plan.step == VolumeStep::ReadRecord {
-        // Kubernetes released the volume and it is being deleted: its claim is known gone,
-        // and the record (which says what to run) is read, with the claims that may still
-        // name the volume.
-        let record = fetch_record(&ctx, &pv).await?;
-        let named =
-            named_by_claim(&ctx, &name, at.as_ref(), record.as_ref(), &others_naming).await?;
-        plan = plan_with(&pv, cached.as_deref(), record.as_ref(), named, false, true);
-    }
-    if plan.step == VolumeStep::ConfirmClaim {
-        // The PV too is read afresh: a volume cached as Released may have been re-bound
-        // since (its claimRef cleared and taken by a new claim).
-        let Some(fresh) = Api::<PersistentVolume>::all(ctx.client.clone())
-            .get_opt(&name)
-            .await?
-            .filter(|p| p.metadata.uid == pv.metadata.uid)
-        else {
-            return Ok(Action::await_change());
-        };
-        let fetched = match &at {
-            Some((ns, n)) => {
-                Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), ns)
-                    .get_opt(n)
-                    .await?
-            }
-            None => None,
-        };
-        let record = fetch_record(&ctx, &fresh).await?;
-        let named =
-            named_by_claim(&ctx, &name, at.as_ref(), record.as_ref(), &others_naming).await?;
-        plan = plan_with(&fresh, fetched.as_ref(), record.as_ref(), named, true, true);
-    }
-    let on = pv.object_ref(&());
+        .collect();
     let class = pv
         .spec
         .as_ref()
         .and_then(|s| s.storage_class_name.clone())
         .unwrap_or_default();
-    ctx.tell(&on, &class, &plan.notices).await;
+    Gathered {
+        pv_uid: pv.uid().unwrap_or_default(),
+        pv,
+        name,
+        class,
+        at,
+        cached_claim,
+        others_naming,
+        provision_jobs,
+        provisioning,
+        volume_jobs,
+        pods,
+    }
+}
+
+/// What the plan reads beyond the caches, once it asked for it.
+#[derive(Default)]
+struct Read<'r> {
+    claim: Option<&'r PersistentVolumeClaim>,
+    record: Option<&'r ConfigMap>,
+    named_by_claim: bool,
+    claim_confirmed: bool,
+    record_read: bool,
+}
+
+fn plan_with(g: &Gathered, ctx: &Context, pv: &PersistentVolume, read: Read<'_>) -> VolumePlan {
+    let opts = &ctx.opts;
+    plan_volume(&VolumeInputs {
+        pv,
+        record: read.record,
+        provision_jobs: g.provision_jobs.iter().map(AsRef::as_ref).collect(),
+        provisioner_name: &opts.provisioner_name,
+        claim: read.claim,
+        named_by_claim: read.named_by_claim,
+        claim_confirmed: read.claim_confirmed,
+        record_read: read.record_read,
+        provisioning: g.provisioning,
+        jobs: g.jobs().collect(),
+        pods: g.pods.iter().map(AsRef::as_ref).collect(),
+        retry_base: opts.retry_base,
+        job_ttl_seconds: opts.job_ttl_seconds,
+        now: jiff::Timestamp::now(),
+    })
+}
+
+/// The plan from the caches; then, when it asks, again with the record (a released volume
+/// being deleted: its claim is known gone), or with the claim, the PV and the record read
+/// afresh (a volume cached as Released may have been re-bound since). `None`: the PV is
+/// gone, or another has its name now.
+async fn decide(g: &Gathered, ctx: &Context) -> crate::Result<Option<VolumePlan>> {
+    let cached = Read {
+        claim: g.cached_claim.as_deref(),
+        named_by_claim: !g.others_naming.is_empty(),
+        ..Read::default()
+    };
+    let mut plan = plan_with(g, ctx, &g.pv, cached);
+    if plan.step == VolumeStep::ReadRecord {
+        let record = fetch_record(ctx, &g.pv).await?;
+        let named = named_by(g, ctx, record.as_ref()).await?;
+        let read = Read {
+            claim: g.cached_claim.as_deref(),
+            record: record.as_ref(),
+            named_by_claim: named,
+            record_read: true,
+            ..Read::default()
+        };
+        plan = plan_with(g, ctx, &g.pv, read);
+    }
+    if plan.step != VolumeStep::ConfirmClaim {
+        return Ok(Some(plan));
+    }
+    let Some(fresh) = Api::<PersistentVolume>::all(ctx.client.clone())
+        .get_opt(&g.name)
+        .await?
+        .filter(|p| p.metadata.uid == g.pv.metadata.uid)
+    else {
+        return Ok(None);
+    };
+    let claim = match &g.at {
+        Some((ns, n)) => {
+            Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), ns)
+                .get_opt(n)
+                .await?
+        }
+        None => None,
+    };
+    let record = fetch_record(ctx, &fresh).await?;
+    let named = named_by(g, ctx, record.as_ref()).await?;
+    let read = Read {
+        claim: claim.as_ref(),
+        record: record.as_ref(),
+        named_by_claim: named,
+        claim_confirmed: true,
+        record_read: true,
+    };
+    Ok(Some(plan_with(g, ctx, &fresh, read)))
+}
+
+async fn named_by(g: &Gathered, ctx: &Context, record: Option<&ConfigMap>) -> crate::Result<bool> {
+    named_by_claim(ctx, &g.name, g.at.as_ref(), record, &g.others_naming).await
+}
+
+/// Carries out the plan's one effect.
+async fn apply(g: &Gathered, ctx: &Context, step: VolumeStep) -> crate::Result<Action> {
     let pvs: Api<PersistentVolume> = Api::all(ctx.client.clone());
-    Ok(match plan.step {
+    let patch_pv = |patch: serde_json::Value| {
+        let pvs = pvs.clone();
+        async move {
+            gone_is_done(
+                pvs.patch(&g.name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await,
+            )
+        }
+    };
+    Ok(match step {
         VolumeStep::Ignore => Action::await_change(),
-        // Only returned before the API server was asked, and it was asked above.
+        // Only returned before the API server was asked, and it was asked in `decide`.
         VolumeStep::ConfirmClaim | VolumeStep::ReadRecord => {
             Action::requeue(Duration::from_secs(1))
         }
         VolumeStep::Wait(wait) => Action::requeue(wait),
         VolumeStep::Patch(patch) => {
-            gone_is_done(
-                pvs.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await,
-            )?;
+            patch_pv(patch).await?;
             Action::await_change()
         }
         VolumeStep::KeepStorage { patch, mark_jobs } => {
             for (ns, job) in &mark_jobs {
-                gone_is_done(super::mark_pv_created(&ctx, ns, job).await)?;
+                gone_is_done(super::mark_pv_created(ctx, ns, job).await)?;
             }
-            gone_is_done(
-                pvs.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await,
-            )?;
+            patch_pv(patch).await?;
             Action::await_change()
         }
         VolumeStep::Delete {
@@ -244,47 +314,52 @@ pub async fn reconcile_volume(
                 }),
                 ..DeleteParams::background()
             };
-            gone_is_done(pvs.delete(&name, &dp).await)?;
+            gone_is_done(pvs.delete(&g.name, &dp).await)?;
             Action::await_change()
         }
         VolumeStep::Finish(patch) => {
             // Done already; the cache has not caught up.
-            let key = format!("finished/{pv_uid}");
-            if ctx.written.contains(&key) {
-                return Ok(Action::await_change());
-            }
-            // Marked and released in one write: a restart after it never runs the Job again.
-            gone_is_done(
-                pvs.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await,
-            )?;
-            ctx.written.insert(&key);
-            ctx.metrics.delete_total.with_label_values(&[&class]).inc();
-            let first_job = jobs
-                .iter()
-                .filter_map(|j| j.metadata.creation_timestamp.as_ref().map(|t| t.0))
-                .min();
-            if let Some(t) = first_job {
-                let took = jiff::Timestamp::now()
-                    .duration_since(t)
-                    .as_secs_f64()
-                    .max(0.0);
-                ctx.metrics
-                    .delete_duration
-                    .with_label_values(&[&class])
-                    .observe(took);
+            let key = format!("finished/{}", g.pv_uid);
+            if !ctx.written.contains(&key) {
+                // Marked and released in one write: a restart after it never runs the Job
+                // again.
+                patch_pv(patch).await?;
+                ctx.written.insert(&key);
+                finished(g, ctx);
             }
             Action::await_change()
         }
         VolumeStep::WriteRecord(record) => {
-            create_or_adopt(&ctx, record.as_ref()).await?;
+            create_or_adopt(ctx, record.as_ref()).await?;
             Action::requeue(Duration::from_millis(100))
         }
         VolumeStep::CreateJob(job) => {
-            create_or_adopt(&ctx, job.as_ref()).await?;
-            ctx.starts
-                .record_for(&pv_uid, &job.name_any(), flex_core::job::attempt_of(&job));
+            create_or_adopt(ctx, job.as_ref()).await?;
+            let attempt = flex_core::job::attempt_of(&job);
+            ctx.starts.record_for(&g.pv_uid, &job.name_any(), attempt);
             Action::requeue(flex_core::plan::volume::RUNNING_RECHECK)
         }
     })
+}
+
+/// A volume's storage is gone: counted, and timed from its first deprovision Job.
+fn finished(g: &Gathered, ctx: &Context) {
+    ctx.metrics
+        .delete_total
+        .with_label_values(&[&g.class])
+        .inc();
+    let first_job = g
+        .jobs()
+        .filter_map(|j| j.metadata.creation_timestamp.as_ref().map(|t| t.0))
+        .min();
+    if let Some(t) = first_job {
+        let took = jiff::Timestamp::now()
+            .duration_since(t)
+            .as_secs_f64()
+            .max(0.0);
+        ctx.metrics
+            .delete_duration
+            .with_label_values(&[&g.class])
+            .observe(took);
+    }
 }
