@@ -129,12 +129,42 @@ fn resource_statuses(claim: &PersistentVolumeClaim, value: Option<&str>) -> Valu
 }
 
 pub fn plan_expand(i: ExpandInputs<'_>) -> ExpandPlan {
-    let ignore = || plan(ExpandStep::Ignore, vec![]);
-    let claim = i.claim;
-    let (Some(spec), Some(status)) = (claim.spec.as_ref(), claim.status.as_ref()) else {
-        return ignore();
+    let Some(g) = growth(&i) else {
+        return plan(ExpandStep::Ignore, vec![]);
     };
-    let Some(pv) = i.pv else { return ignore() };
+    // Already as big (an earlier Job grew it; the claim's status was not written yet).
+    if g.pv_capacity >= g.requested {
+        return g.finish(None, vec![g.success()]);
+    }
+    let latest = i.jobs.iter().copied().max_by_key(|j| attempt_of(j));
+    let mut notices = Vec::new();
+    if let Some(job) = latest {
+        notices.extend(pod_failures(&i, &g, job));
+        if let Some(done) = judge_latest(&i, &g, job, &mut notices) {
+            return done;
+        }
+    }
+    let next_attempt = latest.map_or(1, |j| attempt_of(j) + 1);
+    start(&i, &g, next_attempt, notices)
+}
+
+/// A bound claim of ours asking for more than it has.
+struct Growth<'a> {
+    claim: &'a PersistentVolumeClaim,
+    pv: &'a k8s_openapi::api::core::v1::PersistentVolume,
+    pv_name: String,
+    /// The request, in bytes and as written.
+    requested: u128,
+    size: String,
+    pv_capacity: u128,
+}
+
+/// Whether the claim is to grow: bound to a volume of ours in a class that allows it,
+/// asking for more than its capacity, and not given up on for this very size.
+fn growth<'a>(i: &ExpandInputs<'a>) -> Option<Growth<'a>> {
+    let claim = i.claim;
+    let (spec, status) = (claim.spec.as_ref()?, claim.status.as_ref()?);
+    let pv = i.pv?;
     let pv_name = pv.metadata.name.clone().unwrap_or_default();
     let ours = crate::volume::provisioned_by(pv, i.provisioner_name);
     let bound_to_it = status.phase.as_deref() == Some("Bound")
@@ -146,21 +176,17 @@ pub fn plan_expand(i: ExpandInputs<'_>) -> ExpandPlan {
             .and_then(|r| r.uid.as_deref())
             == claim.metadata.uid.as_deref();
     if !ours || !bound_to_it || claim.metadata.deletion_timestamp.is_some() || !i.class_allows {
-        return ignore();
+        return None;
     }
     let requested_q = spec
         .resources
         .as_ref()
         .and_then(|r| r.requests.as_ref())
         .and_then(|r| r.get("storage"));
-    let (Some(requested), Some(current)) = (
-        bytes_of(requested_q),
-        bytes_of(status.capacity.as_ref().and_then(|c| c.get("storage"))),
-    ) else {
-        return ignore();
-    };
+    let requested = bytes_of(requested_q)?;
+    let current = bytes_of(status.capacity.as_ref().and_then(|c| c.get("storage")))?;
     if requested <= current {
-        return ignore();
+        return None;
     }
     // Marked infeasible for this very size: given up until the request changes (also once
     // the failed Job is gone, and without rewriting the status it already shows).
@@ -176,9 +202,8 @@ pub fn plan_expand(i: ExpandInputs<'_>) -> ExpandPlan {
             .and_then(|a| a.get("storage")),
     );
     if infeasible && allocated == Some(requested) {
-        return ignore();
+        return None;
     }
-    let size = requested_q.map(|q| q.0.clone()).unwrap_or_default();
     let pv_capacity = bytes_of(
         pv.spec
             .as_ref()
@@ -186,105 +211,138 @@ pub fn plan_expand(i: ExpandInputs<'_>) -> ExpandPlan {
             .and_then(|c| c.get("storage")),
     )
     .unwrap_or(0);
-    let finish = |pv_patch: Option<Value>, notices: Vec<Notice>| {
+    Some(Growth {
+        claim,
+        pv,
+        pv_name,
+        requested,
+        size: requested_q.map(|q| q.0.clone()).unwrap_or_default(),
+        pv_capacity,
+    })
+}
+
+impl Growth<'_> {
+    fn success(&self) -> Notice {
+        Notice::normal(
+            format!("expanded/{}", self.requested),
+            reasons::RESIZE_SUCCESSFUL,
+            "Resize volume succeeded",
+        )
+        .action("Expand")
+    }
+
+    /// The claim shows its new size (and the PV too, with `pv_patch`).
+    fn finish(&self, pv_patch: Option<Value>, notices: Vec<Notice>) -> ExpandPlan {
+        let claim = self.claim;
         let status = status_patch(
             claim,
-            json!({"capacity": {"storage": size},
+            json!({"capacity": {"storage": self.size},
                    "allocatedResourceStatuses": resource_statuses(claim, None),
                    "conditions": conditions_with(claim, None)}),
         );
         plan(ExpandStep::Finish { pv_patch, status }, notices)
-    };
-    let success = Notice::normal(
-        format!("expanded/{requested}"),
-        reasons::RESIZE_SUCCESSFUL,
-        "Resize volume succeeded",
-    )
-    .action("Expand");
-    // Already as big (an earlier Job grew it; the claim's status was not written yet).
-    if pv_capacity >= requested {
-        return finish(None, vec![success]);
     }
-    let latest = i.jobs.iter().copied().max_by_key(|j| attempt_of(j));
-    let sized = |j: &Job| {
-        j.metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(LABEL_SIZE))
-            .and_then(|s| s.parse::<u128>().ok())
+}
+
+/// Each failed pod of the latest Job, told at once with its own message (the Job's failure
+/// may be seen before its pod's message is).
+fn pod_failures(i: &ExpandInputs<'_>, g: &Growth<'_>, job: &Job) -> Vec<Notice> {
+    let pv_name = &g.pv_name;
+    pods_of(job, &i.pods)
+        .into_iter()
+        .filter_map(|pod| {
+            let (code, message) = pod_failure(pod)?;
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let text = if message.is_empty() {
+                String::new()
+            } else {
+                format!(": {message}")
+            };
+            Some(
+                Notice::warning(
+                    format!("expand-pod-failed/{}", pod.metadata.uid.clone().unwrap_or_default()),
+                    reasons::RESIZE_FAILED,
+                    format!("resize volume \"{pv_name}\": expansion pod {name} failed with exit code {code}{text}"),
+                )
+                .action("Expand")
+                .about(pod),
+            )
+        })
+        .collect()
+}
+
+/// The latest expansion Job decides, unless the next attempt is due: it runs (one
+/// expansion at a time, for any size), it grew the volume to this size, it failed for good
+/// for this size, or its backoff is still running.
+fn judge_latest(
+    i: &ExpandInputs<'_>,
+    g: &Growth<'_>,
+    job: &Job,
+    notices: &mut Vec<Notice>,
+) -> Option<ExpandPlan> {
+    let for_this_size = job
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_SIZE))
+        .and_then(|s| s.parse::<u128>().ok())
+        == Some(g.requested);
+    let (permanent, message, at) = match outcome(job, &i.pods) {
+        JobOutcome::Running => {
+            return Some(plan(
+                ExpandStep::Wait(RUNNING_RECHECK),
+                std::mem::take(notices),
+            ));
+        }
+        JobOutcome::Succeeded if for_this_size => {
+            let pv_patch = json!({"metadata": {"resourceVersion": g.pv.metadata.resource_version},
+                                  "spec": {"capacity": {"storage": g.size}}});
+            return Some(g.finish(Some(pv_patch), vec![g.success().about(job)]));
+        }
+        JobOutcome::Succeeded => return None,
+        JobOutcome::Failed {
+            permanent,
+            message,
+            at,
+        } => (permanent, message, at),
     };
-    let mut notices = Vec::new();
-    let next_attempt = latest.map_or(1, |j| attempt_of(j) + 1);
-    if let Some(job) = latest {
-        // Each failed pod is told at once, with its own message (the Job's failure may be
-        // seen before its pod's message is).
-        for pod in pods_of(job, &i.pods) {
-            if let Some((code, message)) = pod_failure(pod) {
-                let name = pod.metadata.name.clone().unwrap_or_default();
-                let text = if message.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {message}")
-                };
-                notices.push(
-                    Notice::warning(
-                        format!("expand-pod-failed/{}", pod.metadata.uid.clone().unwrap_or_default()),
-                        reasons::RESIZE_FAILED,
-                        format!("resize volume \"{pv_name}\": expansion pod {name} failed with exit code {code}{text}"),
-                    )
-                    .action("Expand")
-                    .about(pod),
-                );
-            }
-        }
-        let for_this_size = sized(job) == Some(requested);
-        match outcome(job, &i.pods) {
-            // One expansion at a time: a Job for another size is waited for too.
-            JobOutcome::Running => return plan(ExpandStep::Wait(RUNNING_RECHECK), notices),
-            JobOutcome::Succeeded if for_this_size => {
-                let pv_patch = json!({"metadata": {"resourceVersion": pv.metadata.resource_version},
-                                      "spec": {"capacity": {"storage": size}}});
-                return finish(Some(pv_patch), vec![success.about(job)]);
-            }
-            JobOutcome::Succeeded => {}
-            JobOutcome::Failed {
-                permanent,
-                message,
-                at,
-            } => {
-                let name = job.metadata.name.clone().unwrap_or_default();
-                let said = format!("resize volume \"{pv_name}\" failed: {message}");
-                notices.push(
-                    Notice::warning(
-                        format!("expand-failed/{name}"),
-                        reasons::RESIZE_FAILED,
-                        said.clone(),
-                    )
-                    .action("Expand")
-                    .about(job),
-                );
-                if for_this_size && permanent {
-                    let status = status_patch(
-                        claim,
-                        json!({"allocatedResourceStatuses": resource_statuses(claim, Some(RESIZE_INFEASIBLE)),
-                               "conditions": conditions_with(claim, Some(condition(CONDITION_ERROR,
-                                   Some(&format!("failed to expand pvc with {said}")), i.now)))}),
-                    );
-                    return plan(ExpandStep::Fail { status }, notices);
-                }
-                if for_this_size {
-                    let wait =
-                        super::retry::wait_remaining(attempt_of(job), i.retry_base, at, i.now);
-                    if !wait.is_zero() {
-                        return plan(ExpandStep::Wait(wait), notices);
-                    }
-                }
-            }
-        }
+    let name = job.metadata.name.clone().unwrap_or_default();
+    let said = format!("resize volume \"{}\" failed: {message}", g.pv_name);
+    notices.push(
+        Notice::warning(
+            format!("expand-failed/{name}"),
+            reasons::RESIZE_FAILED,
+            said.clone(),
+        )
+        .action("Expand")
+        .about(job),
+    );
+    if !for_this_size {
+        return None;
     }
-    let record = match i.record {
+    if permanent {
+        let status = status_patch(
+            g.claim,
+            json!({"allocatedResourceStatuses": resource_statuses(g.claim, Some(RESIZE_INFEASIBLE)),
+                   "conditions": conditions_with(g.claim, Some(condition(CONDITION_ERROR,
+                       Some(&format!("failed to expand pvc with {said}")), i.now)))}),
+        );
+        return Some(plan(ExpandStep::Fail { status }, std::mem::take(notices)));
+    }
+    let wait = super::retry::wait_remaining(attempt_of(job), i.retry_base, at, i.now);
+    (!wait.is_zero()).then(|| plan(ExpandStep::Wait(wait), std::mem::take(notices)))
+}
+
+/// Attempt `next_attempt`, built from the volume's record alone (never from the claim).
+fn start(
+    i: &ExpandInputs<'_>,
+    g: &Growth<'_>,
+    next_attempt: u32,
+    mut notices: Vec<Notice>,
+) -> ExpandPlan {
+    let record = match &i.record {
         None => return plan(ExpandStep::ReadRecord, notices),
-        Some(Err(why)) => Err(why),
+        Some(Err(why)) => Err(why.clone()),
         Some(Ok(r)) => match r.expand.clone() {
             Some(recipe) => Ok((r, recipe)),
             None => Err("its record holds no expansion recipe".to_owned()),
@@ -295,9 +353,9 @@ pub fn plan_expand(i: ExpandInputs<'_>) -> ExpandPlan {
         Err(why) => {
             notices.push(
                 Notice::warning(
-                    format!("expand-blocked/{requested}"),
+                    format!("expand-blocked/{}", g.requested),
                     reasons::RESIZE_FAILED,
-                    format!("cannot expand volume \"{pv_name}\": {why}; an admin can grow the storage by hand and set the PV's capacity"),
+                    format!("cannot expand volume \"{}\": {why}; an admin can grow the storage by hand and set the PV's capacity", g.pv_name),
                 )
                 .action("Expand"),
             );
@@ -305,28 +363,28 @@ pub fn plan_expand(i: ExpandInputs<'_>) -> ExpandPlan {
         }
     };
     let job = expand_job(
-        pv,
+        g.pv,
         &recipe,
-        &record,
-        &size,
+        record,
+        &g.size,
         i.provisioner_name,
         next_attempt,
         i.ttl_seconds,
     );
     notices.push(
         Notice::normal(
-            format!("resizing/{requested}/{next_attempt}"),
+            format!("resizing/{}/{next_attempt}", g.requested),
             reasons::RESIZING,
-            format!("External resizer is resizing volume {pv_name}"),
+            format!("External resizer is resizing volume {}", g.pv_name),
         )
         .action("Expand")
         .about(&job),
     );
     let status = status_patch(
-        claim,
-        json!({"allocatedResources": {"storage": size},
-               "allocatedResourceStatuses": resource_statuses(claim, Some(RESIZE_IN_PROGRESS)),
-               "conditions": conditions_with(claim, Some(condition(CONDITION_RESIZING, None, i.now)))}),
+        g.claim,
+        json!({"allocatedResources": {"storage": g.size},
+               "allocatedResourceStatuses": resource_statuses(g.claim, Some(RESIZE_IN_PROGRESS)),
+               "conditions": conditions_with(g.claim, Some(condition(CONDITION_RESIZING, None, i.now)))}),
     );
     plan(
         ExpandStep::Start {
