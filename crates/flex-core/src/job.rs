@@ -443,6 +443,68 @@ fn build(input: JobInput<'_>) -> Job {
         (ANN_STORAGE_CLASS.to_owned(), storage_class),
         (ANN_CONFIG.to_owned(), recipe.config.clone()),
     ]);
+    let ours = PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(labels.clone()),
+            annotations: Some(annotations.clone()),
+            ..Default::default()
+        }),
+        spec: Some(PodSpec {
+            restart_policy: Some("Never".to_owned()),
+            service_account_name: recipe.service_account.clone(),
+            node_selector: (!recipe.node_selector.is_empty()).then(|| recipe.node_selector.clone()),
+            affinity: recipe.node.as_deref().map(on_node),
+            security_context: Some(PodSecurityContext {
+                run_as_non_root: Some(true),
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "RuntimeDefault".to_owned(),
+                    localhost_profile: None,
+                }),
+                ..Default::default()
+            }),
+            containers: vec![container(&recipe, env, parameters)],
+            ..Default::default()
+        }),
+    };
+    let mut template = match &recipe.pod_template {
+        Some(theirs) => pod_template::merge(&ours, theirs),
+        None => ours,
+    };
+    keep_container_hardening(&mut template);
+    if recipe.no_api_token
+        && let Some(spec) = template.spec.as_mut()
+    {
+        spec.automount_service_account_token = Some(false);
+    }
+    Job {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: Some(recipe.namespace.clone()),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            ..Default::default()
+        },
+        spec: Some(JobSpec {
+            backoff_limit: Some(i32::try_from(recipe.retries).unwrap_or(i32::MAX)),
+            active_deadline_seconds: Some(
+                i64::try_from(recipe.timeout_seconds).unwrap_or(i64::MAX),
+            ),
+            ttl_seconds_after_finished: Some(ttl_seconds),
+            pod_failure_policy: Some(failure_policy(&recipe)),
+            template,
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// The one container: the recipe's image and command, the contract's environment and one
+/// variable per parameter, every capability dropped and no privilege escalation.
+fn container(
+    recipe: &JobRecipe,
+    env: Vec<(&str, String)>,
+    parameters: &BTreeMap<String, String>,
+) -> Container {
     let env: Vec<EnvVar> = env
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
@@ -457,7 +519,7 @@ fn build(input: JobInput<'_>) -> Job {
             value_from: None,
         })
         .collect();
-    let container = Container {
+    Container {
         name: CONTAINER_NAME.to_owned(),
         image: Some(recipe.image.clone()),
         command: recipe.command.clone(),
@@ -474,61 +536,33 @@ fn build(input: JobInput<'_>) -> Job {
             ..Default::default()
         }),
         ..Default::default()
-    };
-    let affinity = recipe
-        .node
-        .as_ref()
-        .map(|node| k8s_openapi::api::core::v1::Affinity {
-            // Matching the node by field, as DaemonSets do, keeps the scheduler in charge of
-            // taints and resources instead of bypassing it with nodeName.
-            node_affinity: Some(NodeAffinity {
-                required_during_scheduling_ignored_during_execution: Some(NodeSelector {
-                    node_selector_terms: vec![NodeSelectorTerm {
-                        match_fields: Some(vec![NodeSelectorRequirement {
-                            key: "metadata.name".to_owned(),
-                            operator: "In".to_owned(),
-                            values: Some(vec![node.clone()]),
-                        }]),
-                        ..Default::default()
-                    }],
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        });
-    let ours = PodTemplateSpec {
-        metadata: Some(ObjectMeta {
-            labels: Some(labels.clone()),
-            annotations: Some(annotations.clone()),
-            ..Default::default()
-        }),
-        spec: Some(PodSpec {
-            restart_policy: Some("Never".to_owned()),
-            service_account_name: recipe.service_account.clone(),
-            node_selector: (!recipe.node_selector.is_empty()).then(|| recipe.node_selector.clone()),
-            affinity,
-            security_context: Some(PodSecurityContext {
-                run_as_non_root: Some(true),
-                seccomp_profile: Some(SeccompProfile {
-                    type_: "RuntimeDefault".to_owned(),
-                    localhost_profile: None,
-                }),
-                ..Default::default()
-            }),
-            containers: vec![container],
-            ..Default::default()
-        }),
-    };
-    let mut template = match &recipe.pod_template {
-        Some(theirs) => pod_template::merge(&ours, theirs),
-        None => ours,
-    };
-    keep_container_hardening(&mut template);
-    if recipe.no_api_token
-        && let Some(spec) = template.spec.as_mut()
-    {
-        spec.automount_service_account_token = Some(false);
     }
+}
+
+/// The pod runs on `node`. Matching the node by field, as DaemonSets do, keeps the
+/// scheduler in charge of taints and resources instead of bypassing it with nodeName.
+fn on_node(node: &str) -> k8s_openapi::api::core::v1::Affinity {
+    k8s_openapi::api::core::v1::Affinity {
+        node_affinity: Some(NodeAffinity {
+            required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                node_selector_terms: vec![NodeSelectorTerm {
+                    match_fields: Some(vec![NodeSelectorRequirement {
+                        key: "metadata.name".to_owned(),
+                        operator: "In".to_owned(),
+                        values: Some(vec![node.to_owned()]),
+                    }]),
+                    ..Default::default()
+                }],
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// A permanent exit code fails the Job at once; a pod evicted or preempted says nothing
+/// about the request and must not use up retries.
+fn failure_policy(recipe: &JobRecipe) -> PodFailurePolicy {
     let mut rules = Vec::new();
     if !recipe.permanent_exit_codes.is_empty() {
         rules.push(PodFailurePolicyRule {
@@ -541,7 +575,6 @@ fn build(input: JobInput<'_>) -> Job {
             on_pod_conditions: None,
         });
     }
-    // A pod evicted or preempted says nothing about the request; it must not use up retries.
     rules.push(PodFailurePolicyRule {
         action: "Ignore".to_owned(),
         on_exit_codes: None,
@@ -550,26 +583,7 @@ fn build(input: JobInput<'_>) -> Job {
             status: Some("True".to_owned()),
         }]),
     });
-    Job {
-        metadata: ObjectMeta {
-            name: Some(name),
-            namespace: Some(recipe.namespace.clone()),
-            labels: Some(labels),
-            annotations: Some(annotations),
-            ..Default::default()
-        },
-        spec: Some(JobSpec {
-            backoff_limit: Some(i32::try_from(recipe.retries).unwrap_or(i32::MAX)),
-            active_deadline_seconds: Some(
-                i64::try_from(recipe.timeout_seconds).unwrap_or(i64::MAX),
-            ),
-            ttl_seconds_after_finished: Some(ttl_seconds),
-            pod_failure_policy: Some(PodFailurePolicy { rules }),
-            template,
-            ..Default::default()
-        }),
-        status: None,
-    }
+    PodFailurePolicy { rules }
 }
 
 /// A container `securityContext` in the pod-template replaces ours whole
