@@ -268,47 +268,11 @@ impl Parser {
         data: &BTreeMap<String, String>,
         storage_class: String,
     ) -> Option<ProvisionerConfig> {
-        let mut c = ProvisionerConfig {
-            namespace: cm
-                .metadata
-                .namespace
-                .clone()
-                .unwrap_or_else(|| "default".into()),
-            name: cm.metadata.name.clone().unwrap_or_default(),
-            storage_class,
-            image: String::new(),
-            service_account: None,
-            node_selector: BTreeMap::new(),
-            command: None,
-            args: None,
-            deprovision_image: None,
-            deprovision_command: None,
-            deprovision_args: None,
-            expand_image: None,
-            expand_command: None,
-            expand_args: None,
-            timeout: DEFAULT_TIMEOUT,
-            retries: DEFAULT_RETRIES,
-            max_attempts: None,
-            permanent_exit_codes: BTreeSet::from([DEFAULT_PERMANENT_EXIT_CODE]),
-            node_local: false,
-            pod_template: None,
-            allow_privileged: false,
-            max_concurrent: None,
-            pv_creator: PvCreator::default(),
-            volume_sources: sources::default_sources(),
-            allowed_volumes: AllowedVolumes::none(
-                cm.metadata.namespace.as_deref().unwrap_or("default"),
-            ),
-            data_sources: BTreeSet::new(),
-            parameters: BTreeMap::new(),
-            node_users: Vec::new(),
-        };
-        let mut image = None;
-        let mut envs: BTreeMap<String, String> = BTreeMap::new();
+        let mut c = defaults(cm, storage_class);
+        let mut read = Read::default();
         let parameters = data.keys().filter(|k| !is_reserved(k)).count();
-        let too_many = parameters > MAX_PARAMETERS;
-        if too_many {
+        read.too_many = parameters > MAX_PARAMETERS;
+        if read.too_many {
             self.problems.push(Problem::error(
                 None,
                 format!("the ConfigMap has {parameters} parameters; at most {MAX_PARAMETERS} are allowed, so none of them is checked"),
@@ -317,95 +281,109 @@ impl Parser {
         }
         self.unsanitised = OptOut::read(data, &mut self.problems);
         for (key, raw) in data {
-            match key.as_str() {
-                "plugin-name" | UNSANITISED_KEY => {}
-                "image" => image = self.value(key, raw, values::image),
-                "service-account-name" => {
-                    c.service_account = self.value(key, raw, |v| {
-                        let v = v.trim();
-                        if is_dns_subdomain(v) {
-                            Ok(v.to_owned())
-                        } else {
-                            Err(format!("`{v}` is not a valid service account name"))
-                        }
-                    });
-                }
-                "node-selector" => {
-                    c.node_selector = self
-                        .value(key, raw, values::node_selector)
-                        .unwrap_or_default();
-                }
-                "command" => c.command = self.list(key, raw, false, &mut c.node_users),
-                "args" => c.args = self.list(key, raw, true, &mut c.node_users),
-                "deprovision-image" => c.deprovision_image = self.value(key, raw, values::image),
-                "deprovision-command" => {
-                    c.deprovision_command = self.list(key, raw, false, &mut c.node_users)
-                }
-                "deprovision-args" => {
-                    c.deprovision_args = self.list(key, raw, true, &mut c.node_users)
-                }
-                "expand-image" => c.expand_image = self.value(key, raw, values::image),
-                "expand-command" => {
-                    c.expand_command = self.list(key, raw, false, &mut c.node_users)
-                }
-                "expand-args" => c.expand_args = self.list(key, raw, true, &mut c.node_users),
-                "timeout" => {
-                    c.timeout = self
-                        .value(key, raw, values::duration)
-                        .unwrap_or(DEFAULT_TIMEOUT)
-                }
-                "retries" => {
-                    c.retries = self
-                        .value(key, raw, |v| values::integer(v, 0, MAX_RETRIES))
-                        .unwrap_or(DEFAULT_RETRIES);
-                }
-                "max-attempts" => {
-                    c.max_attempts = self.value(key, raw, |v| values::integer(v, 1, 1000))
-                }
-                "permanent-exit-codes" => {
-                    c.permanent_exit_codes =
-                        self.value(key, raw, values::exit_codes).unwrap_or_default();
-                }
-                "node-local" => {
-                    c.node_local = self.value(key, raw, values::boolean).unwrap_or(false)
-                }
-                "pod-template" => c.pod_template = self.value(key, raw, pod_template::parse),
-                ALLOW_PRIVILEGED_KEY => {
-                    c.allow_privileged = self.value(key, raw, values::boolean).unwrap_or(false)
-                }
-                "max-concurrent" => {
-                    c.max_concurrent = self.value(key, raw, |v| values::integer(v, 1, 10_000))
-                }
-                "pv-creator" => {
-                    c.pv_creator = self
-                        .value(key, raw, sources::pv_creator)
-                        .unwrap_or_default()
-                }
-                "data-sources" => {
-                    if let Some(s) = self.value(key, raw, sources::data_sources) {
-                        c.data_sources = s;
+            self.read_key(&mut c, &mut read, key, raw);
+        }
+        self.check_whole(&mut c, data, read);
+        Some(c)
+    }
+
+    /// One key of the ConfigMap into `c` (the image and the parameters' env names into
+    /// `read`, for the checks of the whole).
+    fn read_key(&mut self, c: &mut ProvisionerConfig, read: &mut Read, key: &str, raw: &str) {
+        let (image, envs, too_many) = (&mut read.image, &mut read.envs, read.too_many);
+        match key {
+            "plugin-name" | UNSANITISED_KEY => {}
+            "image" => *image = self.value(key, raw, values::image),
+            "service-account-name" => {
+                c.service_account = self.value(key, raw, |v| {
+                    let v = v.trim();
+                    if is_dns_subdomain(v) {
+                        Ok(v.to_owned())
+                    } else {
+                        Err(format!("`{v}` is not a valid service account name"))
                     }
+                });
+            }
+            "node-selector" => {
+                c.node_selector = self
+                    .value(key, raw, values::node_selector)
+                    .unwrap_or_default();
+            }
+            "command" => c.command = self.list(key, raw, false, &mut c.node_users),
+            "args" => c.args = self.list(key, raw, true, &mut c.node_users),
+            "deprovision-image" => c.deprovision_image = self.value(key, raw, values::image),
+            "deprovision-command" => {
+                c.deprovision_command = self.list(key, raw, false, &mut c.node_users)
+            }
+            "deprovision-args" => c.deprovision_args = self.list(key, raw, true, &mut c.node_users),
+            "expand-image" => c.expand_image = self.value(key, raw, values::image),
+            "expand-command" => c.expand_command = self.list(key, raw, false, &mut c.node_users),
+            "expand-args" => c.expand_args = self.list(key, raw, true, &mut c.node_users),
+            "timeout" => {
+                c.timeout = self
+                    .value(key, raw, values::duration)
+                    .unwrap_or(DEFAULT_TIMEOUT)
+            }
+            "retries" => {
+                c.retries = self
+                    .value(key, raw, |v| values::integer(v, 0, MAX_RETRIES))
+                    .unwrap_or(DEFAULT_RETRIES);
+            }
+            "max-attempts" => {
+                c.max_attempts = self.value(key, raw, |v| values::integer(v, 1, 1000))
+            }
+            "permanent-exit-codes" => {
+                c.permanent_exit_codes =
+                    self.value(key, raw, values::exit_codes).unwrap_or_default();
+            }
+            "node-local" => c.node_local = self.value(key, raw, values::boolean).unwrap_or(false),
+            "pod-template" => c.pod_template = self.value(key, raw, pod_template::parse),
+            ALLOW_PRIVILEGED_KEY => {
+                c.allow_privileged = self.value(key, raw, values::boolean).unwrap_or(false)
+            }
+            "max-concurrent" => {
+                c.max_concurrent = self.value(key, raw, |v| values::integer(v, 1, 10_000))
+            }
+            "pv-creator" => {
+                c.pv_creator = self
+                    .value(key, raw, sources::pv_creator)
+                    .unwrap_or_default()
+            }
+            "data-sources" => {
+                if let Some(s) = self.value(key, raw, sources::data_sources) {
+                    c.data_sources = s;
                 }
-                "volume-sources" => {
-                    if let Some(s) = self.value(key, raw, sources::volume_sources) {
-                        c.volume_sources = s;
+            }
+            "volume-sources" => {
+                if let Some(s) = self.value(key, raw, sources::volume_sources) {
+                    c.volume_sources = s;
+                }
+            }
+            _ if allowed::KEYS.contains(&key) => {
+                let _ = self.value(key, raw, |v| c.allowed_volumes.read(key, v));
+            }
+            _ if too_many => {}
+            _ => {
+                debug_assert!(!is_reserved(key));
+                if let Some(param) = self.parameter(key, raw, envs) {
+                    if self.template(key, raw) {
+                        c.node_users.push(key.to_owned());
                     }
-                }
-                _ if allowed::KEYS.contains(&key.as_str()) => {
-                    let _ = self.value(key, raw, |v| c.allowed_volumes.read(key, v));
-                }
-                _ if too_many => {}
-                _ => {
-                    debug_assert!(!is_reserved(key));
-                    if let Some(param) = self.parameter(key, raw, &mut envs) {
-                        if self.template(key, raw) {
-                            c.node_users.push(key.clone());
-                        }
-                        c.parameters.insert(key.clone(), param);
-                    }
+                    c.parameters.insert(key.to_owned(), param);
                 }
             }
         }
+    }
+
+    /// The checks that need every key: the `allowed-*` declarations against the volume
+    /// types, the pod-template's env against ours, and the image.
+    fn check_whole(
+        &mut self,
+        c: &mut ProvisionerConfig,
+        data: &BTreeMap<String, String>,
+        read: Read,
+    ) {
+        let Read { image, envs, .. } = read;
         self.problems.extend(self.unsanitised.unneeded());
         let base_path = data.get(BASE_PATH_PARAMETER).map(String::as_str);
         c.allowed_volumes.default_paths_from(base_path);
@@ -451,7 +429,6 @@ impl Parser {
             ),
             None => {}
         }
-        Some(c)
     }
 
     /// Checks a non-reserved key: not a credential, not a misspelt reserved key, and an env
@@ -532,4 +509,53 @@ fn fix_for(key: &str) -> String {
         .find(|(k, _, _)| *k == key)
         .map(|(_, default, meaning)| format!("`{key}` is {meaning} (default {default})"))
         .unwrap_or_else(|| "correct the value".into())
+}
+
+/// What reading the keys collects for the checks of the whole ConfigMap.
+#[derive(Default)]
+struct Read {
+    image: Option<String>,
+    envs: BTreeMap<String, String>,
+    /// More parameters than are checked: none is read.
+    too_many: bool,
+}
+
+/// A ConfigMap's configuration before any key is read: every default.
+fn defaults(cm: &ConfigMap, storage_class: String) -> ProvisionerConfig {
+    ProvisionerConfig {
+        namespace: cm
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
+        name: cm.metadata.name.clone().unwrap_or_default(),
+        storage_class,
+        image: String::new(),
+        service_account: None,
+        node_selector: BTreeMap::new(),
+        command: None,
+        args: None,
+        deprovision_image: None,
+        deprovision_command: None,
+        deprovision_args: None,
+        expand_image: None,
+        expand_command: None,
+        expand_args: None,
+        timeout: DEFAULT_TIMEOUT,
+        retries: DEFAULT_RETRIES,
+        max_attempts: None,
+        permanent_exit_codes: BTreeSet::from([DEFAULT_PERMANENT_EXIT_CODE]),
+        node_local: false,
+        pod_template: None,
+        allow_privileged: false,
+        max_concurrent: None,
+        pv_creator: PvCreator::default(),
+        volume_sources: sources::default_sources(),
+        allowed_volumes: AllowedVolumes::none(
+            cm.metadata.namespace.as_deref().unwrap_or("default"),
+        ),
+        data_sources: BTreeSet::new(),
+        parameters: BTreeMap::new(),
+        node_users: Vec::new(),
+    }
 }
