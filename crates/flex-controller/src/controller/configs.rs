@@ -94,52 +94,13 @@ impl Configs {
             cm.metadata.namespace.as_deref().unwrap_or_default(),
             cm.metadata.name.as_deref().unwrap_or_default()
         );
-        let version = format!(
-            "{}/{}/{}/{}",
-            cm.metadata.uid.as_deref().unwrap_or_default(),
-            cm.metadata.resource_version.as_deref().unwrap_or_default(),
-            sc.metadata.uid.as_deref().unwrap_or_default(),
-            sc.metadata.resource_version.as_deref().unwrap_or_default()
-        );
-        let cached = self
-            .parsed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(class_name)
-            .filter(|(v, _)| *v == version)
-            .map(|(_, parsed)| parsed.clone());
-        let (joined, problems) = match cached {
-            Some(parsed) => parsed,
-            None => {
-                self.parses
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let (config, mut problems) = match parse_config_map_with(&cm, options) {
-                    Verdict::Ignored { reason } => {
-                        return (
-                            degrade(format!("ConfigMap {source} is not used: {reason}")),
-                            None,
-                        );
-                    }
-                    Verdict::Checked { config, problems } => (config, problems),
-                };
-                let joined = config.and_then(|c| {
-                    match ClassConfig::new(*c, StorageClassInfo::from_class(&sc), provisioner_name)
-                    {
-                        Ok(j) => Some(Arc::new(j)),
-                        Err(more) => {
-                            problems.extend(more);
-                            None
-                        }
-                    }
-                });
-                self.parsed
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(
-                        class_name.to_owned(),
-                        (version, (joined.clone(), problems.clone())),
-                    );
-                (joined, problems)
+        let (joined, problems) = match self.parse_once(class_name, &cm, &sc, options) {
+            Ok(parsed) => parsed,
+            Err(reason) => {
+                return (
+                    degrade(format!("ConfigMap {source} is not used: {reason}")),
+                    None,
+                );
             }
         };
         let report = self.report_once(&cm, &problems);
@@ -160,6 +121,59 @@ impl Configs {
                 )
             }
         }
+    }
+
+    /// The class's ConfigMap joined with its StorageClass, parsed once per version of the
+    /// two (one parse serves every claim of the class); `Err`: the ConfigMap is not for
+    /// this provisioner, and why.
+    fn parse_once(
+        &self,
+        class_name: &str,
+        cm: &ConfigMap,
+        sc: &StorageClass,
+        options: &ParseOptions,
+    ) -> Result<Parsed, String> {
+        let version = format!(
+            "{}/{}/{}/{}",
+            cm.metadata.uid.as_deref().unwrap_or_default(),
+            cm.metadata.resource_version.as_deref().unwrap_or_default(),
+            sc.metadata.uid.as_deref().unwrap_or_default(),
+            sc.metadata.resource_version.as_deref().unwrap_or_default()
+        );
+        let cached = self
+            .parsed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(class_name)
+            .filter(|(v, _)| *v == version)
+            .map(|(_, parsed)| parsed.clone());
+        if let Some(parsed) = cached {
+            return Ok(parsed);
+        }
+        self.parses
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (config, mut problems) = match parse_config_map_with(cm, options) {
+            Verdict::Ignored { reason } => return Err(reason),
+            Verdict::Checked { config, problems } => (config, problems),
+        };
+        let provisioner_name = options.provisioner_name.as_str();
+        let joined = config.and_then(|c| {
+            match ClassConfig::new(*c, StorageClassInfo::from_class(sc), provisioner_name) {
+                Ok(j) => Some(Arc::new(j)),
+                Err(more) => {
+                    problems.extend(more);
+                    None
+                }
+            }
+        });
+        self.parsed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                class_name.to_owned(),
+                (version, (joined.clone(), problems.clone())),
+            );
+        Ok((joined, problems))
     }
 
     /// The problems of this version of a ConfigMap, the first time they are seen.
