@@ -13,7 +13,7 @@ use super::readiness::{Readiness, synced};
 use super::retry::{Failures, Retry, retry_for};
 use super::seen::Seen;
 use flex_core::names::Action;
-use flex_core::plan::{Notice, reasons};
+use flex_core::plan::{Notice, NoticeKind, reasons};
 
 /// Whether a Job's or pod's labels name this action.
 pub fn action_is(labels: &std::collections::BTreeMap<String, String>, action: Action) -> bool {
@@ -162,10 +162,15 @@ impl Context {
         }
     }
 
-    /// Publishes each notice the first time it is seen, counting what the metrics count;
-    /// returns the keys that were new.
-    pub async fn tell(&self, on: &ObjectReference, class: &str, notices: &[Notice]) -> Vec<String> {
-        let mut fresh_keys = Vec::new();
+    /// Publishes each notice the first time it is seen, counting what the metrics count by
+    /// its kind; returns the kinds of the notices that were new.
+    pub async fn tell(
+        &self,
+        on: &ObjectReference,
+        class: &str,
+        notices: &[Notice],
+    ) -> Vec<NoticeKind> {
+        let mut fresh = Vec::new();
         for n in notices {
             // Once per object: a class's problem is told on each of its claims.
             let scoped = format!("{}/{}", on.uid.as_deref().unwrap_or_default(), n.key);
@@ -173,11 +178,13 @@ impl Context {
                 continue;
             }
             let m = &self.metrics;
-            match n.key.split('/').next().unwrap_or_default() {
-                "succeeded" => m.provision_total.with_label_values(&[class]).inc(),
-                "failed" => m.provision_failed_total.with_label_values(&[class]).inc(),
-                "delete-failed" => m.delete_failed_total.with_label_values(&[class]).inc(),
-                _ => {}
+            match n.kind {
+                NoticeKind::Provisioned => m.provision_total.with_label_values(&[class]).inc(),
+                NoticeKind::ProvisionFailed => {
+                    m.provision_failed_total.with_label_values(&[class]).inc()
+                }
+                NoticeKind::DeleteFailed => m.delete_failed_total.with_label_values(&[class]).inc(),
+                NoticeKind::Other => {}
             }
             self.publish(
                 on,
@@ -188,8 +195,8 @@ impl Context {
                 n.related.clone(),
             )
             .await;
-            fresh_keys.push(n.key.clone());
+            fresh.push(n.kind);
         }
-        fresh_keys
+        fresh
     }
 }

@@ -319,7 +319,7 @@ async fn decide(g: &Gathered, ctx: &Context) -> crate::Result<flex_core::plan::c
 async fn announce(g: &Gathered, ctx: &Context, plan: &flex_core::plan::claim::Plan) {
     let on = g.claim.object_ref(&());
     let fresh = ctx.tell(&on, &g.class, &plan.notices).await;
-    if fresh.iter().any(|k| k.starts_with("succeeded/"))
+    if fresh.contains(&flex_core::plan::NoticeKind::Provisioned)
         && let Some(created) = g.claim.metadata.creation_timestamp.as_ref()
     {
         let age = jiff::Timestamp::now()
@@ -374,6 +374,7 @@ async fn apply(
                 .iter()
                 .map(|n| Notice {
                     key: format!("on-pv/{}", n.key),
+                    kind: flex_core::plan::NoticeKind::Other,
                     ..n.clone()
                 })
                 .collect();

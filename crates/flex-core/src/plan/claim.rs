@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use serde_json::Value;
 
 use super::retry::{delay_after, wait_remaining};
-use super::{Notice, reasons};
+use super::{Notice, NoticeKind, reasons};
 use crate::claim::{ClaimRequest, NodeInfo};
 use crate::config::ClassConfig;
 use crate::config::PvCreator;
@@ -615,7 +615,7 @@ impl<'i, 'a> Judging<'i, 'a> {
                     format!("failed/unverified/{pv_uid}"),
                     reasons::FAILED,
                     format!("the claim is bound to PersistentVolume {name}, which the provisioner did not verify: {why}. It gets no finalizer and no record of the provisioner, so nothing will deprovision or expand it: an admin should inspect it (see the README's troubleshooting)"),
-                ).about(pv).action("Verify"));
+                ).about(pv).counted_as(NoticeKind::ProvisionFailed).action("Verify"));
                 let pv = Box::new(crate::plan::object_ref(pv));
                 plan(Step::BoundToUnverified { pv }, self.notices)
             }
@@ -680,6 +680,7 @@ impl<'i, 'a> Judging<'i, 'a> {
                     format!("Successfully provisioned volume {volume}"),
                 )
                 .about(pv)
+                .counted_as(NoticeKind::Provisioned)
                 .action("Verify"),
             );
         }
@@ -825,6 +826,7 @@ impl<'i, 'a> Judging<'i, 'a> {
                     format!("attempt {attempt} failed: {message}; {why}"),
                 )
                 .about(job)
+                .counted_as(NoticeKind::ProvisionFailed)
                 .action("GiveUp"),
             );
             let step = match gave_up {
@@ -852,6 +854,7 @@ impl<'i, 'a> Judging<'i, 'a> {
                 ),
             )
             .about(job)
+            .counted_as(NoticeKind::ProvisionFailed)
             .action("Retry"),
         );
         let unrecorded = self.on_claim < attempt;

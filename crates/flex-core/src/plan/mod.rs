@@ -10,10 +10,26 @@ pub mod volume;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+/// What a notice counts as in the metrics: read from here, never from its key or text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NoticeKind {
+    /// A volume was provisioned (`provision_total`).
+    Provisioned,
+    /// An attempt failed, provisioning gave up, or a claim is bound to a volume that did not
+    /// verify (`provision_failed_total`).
+    ProvisionFailed,
+    /// A deprovision attempt failed (`delete_failed_total`).
+    DeleteFailed,
+    /// Progress, or a problem of the claim, its class or a pod: counted by no metric.
+    #[default]
+    Other,
+}
+
 /// Something to tell users about, once: `key` identifies it so it is not repeated.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Notice {
     pub key: String,
+    pub kind: NoticeKind,
     pub warning: bool,
     pub reason: &'static str,
     pub message: String,
@@ -48,6 +64,7 @@ impl Notice {
     ) -> Self {
         Notice {
             key: key.into(),
+            kind: NoticeKind::Other,
             warning: true,
             reason,
             message: message.into(),
@@ -65,6 +82,12 @@ impl Notice {
             warning: false,
             ..Notice::warning(key, reason, message)
         }
+    }
+
+    /// What the metrics count this notice as.
+    pub fn counted_as(mut self, kind: NoticeKind) -> Self {
+        self.kind = kind;
+        self
     }
 
     pub fn action(mut self, action: &'static str) -> Self {

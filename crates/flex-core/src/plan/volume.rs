@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeCl
 use serde_json::{Value, json};
 
 use super::retry::{delay_after, wait_remaining};
-use super::{Notice, reasons};
+use super::{Notice, NoticeKind, reasons};
 use crate::job::{JobOutcome, attempt_of, deprovision_job, outcome, pods_of};
 use crate::names::{ANN_VOLUME_UID, FINALIZER_DEPROVISION};
 use crate::record::read_record;
@@ -443,7 +443,7 @@ fn deprovision(i: &VolumeInputs<'_>) -> VolumePlan {
                 ),
             )
             .about(job)
-            .action("Deprovision");
+            .counted_as(NoticeKind::DeleteFailed).action("Deprovision");
             if remaining.is_zero() {
                 create(attempt + 1, vec![notice])
             } else {

@@ -347,6 +347,10 @@ fn a_right_pv_is_provisioned_and_a_wrong_one_removed() {
         P
     );
     assert_eq!(p.notices.last().unwrap().reason, reasons::SUCCEEDED);
+    assert_eq!(
+        p.notices.last().unwrap().kind,
+        crate::plan::NoticeKind::Provisioned
+    );
     // An image that wrote a wrong PV (pv-creator: image): removed, without ever getting a
     // record or our finalizer, and the attempt is retried.
     let image_mode = config(json!({"pv-creator": "image"}), "Immediate");
@@ -1031,7 +1035,12 @@ fn a_wrong_image_pv_that_got_bound_is_reported_and_never_adopted() {
     assert_eq!(on.name.as_deref(), Some(format!("pvc-{UID}").as_str()));
     assert_eq!(p.notices.len(), 1);
     let n = &p.notices[0];
-    assert!(n.warning && n.key.starts_with("failed/"), "{n:?}");
+    assert!(n.warning, "{n:?}");
+    assert_eq!(
+        n.kind,
+        crate::plan::NoticeKind::ProvisionFailed,
+        "counted as a failure"
+    );
     assert!(
         n.message.contains("hostPath") && n.message.contains("did not verify"),
         "{}",

@@ -603,6 +603,7 @@ fn failures_are_reported_and_retried_after_a_growing_delay() {
     let p = run(&c, "2026-01-01T00:00:04Z", false);
     check(&c, &p);
     assert_eq!(p.notices[0].reason, "VolumeFailedDelete");
+    assert_eq!(p.notices[0].kind, crate::plan::NoticeKind::DeleteFailed);
     assert!(p.notices[0].message.contains("the volume is kept"));
     c.jobs.push(second);
     c.name = "due retry, cache only";
