@@ -7,8 +7,8 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
+use super::apply::create_or_adopt;
 use super::context::{Context, action_is};
-use super::create_or_adopt;
 use flex_core::names;
 use flex_core::plan::expand::{ExpandInputs, ExpandStep, plan_expand};
 use flex_core::record::read_record;
@@ -87,7 +87,7 @@ pub(super) async fn reconcile_expansion(
         ExpandStep::Wait(d) => Action::requeue(d),
         ExpandStep::Start { job, status: s } => {
             status(s).await?;
-            create_or_adopt(ctx, job.as_ref()).await?;
+            create_or_adopt(&ctx.client, job.as_ref()).await?;
             Action::await_change()
         }
         ExpandStep::Finish {

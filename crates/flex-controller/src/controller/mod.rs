@@ -3,6 +3,7 @@
 //! controller (`reconcile`), the volume controller (`volumes`) and the orphan check
 //! (`orphans`). Decisions are made in flex-core's `plan`; this module fetches and applies.
 
+mod apply;
 mod caches;
 mod compact;
 mod concurrency;
@@ -27,8 +28,8 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
+use kube::Client;
 use kube::api::{Api, ListParams};
-use kube::{Client, Resource};
 
 pub use context::{Caches, Context};
 
@@ -88,61 +89,6 @@ async fn preflight(client: &Client, opts: &Options) -> crate::Result<()> {
         crate::leader::check_namespace(client, l).await?;
     }
     Ok(())
-}
-
-/// An object that is already gone needs no further write: 404 is success, not a failure
-/// to retry and warn about.
-fn gone_is_done<T>(r: Result<T, kube::Error>) -> crate::Result<()> {
-    match r {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// A create whose object already exists (made by an earlier run) counts as done: it is
-/// adopted, never duplicated.
-fn exists_is_done<T>(r: Result<T, kube::Error>) -> crate::Result<()> {
-    match r {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Creates an object in its own namespace, adopting one that exists.
-async fn create_or_adopt<K>(ctx: &context::Context, object: &K) -> crate::Result<()>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::Serialize
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
-    let ns = object.meta().namespace.clone().unwrap_or_default();
-    exists_is_done(
-        Api::<K>::namespaced(ctx.client.clone(), &ns)
-            .create(&kube::api::PostParams::default(), object)
-            .await,
-    )
-}
-
-/// Marks a provisioning Job as having had its PV, so that plan::orphan never takes it for
-/// one whose claim was deleted before a PV was made: before the orphan path creates a PV
-/// from it, and before a volume of ours is let go with its storage kept.
-async fn mark_pv_created(
-    ctx: &context::Context,
-    namespace: &str,
-    job: &str,
-) -> Result<Job, kube::Error> {
-    let patch = serde_json::json!({"metadata": {"annotations": {flex_core::names::ANN_PV_CREATED: "true"}}});
-    Api::<Job>::namespaced(ctx.client.clone(), namespace)
-        .patch(
-            job,
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(&patch),
-        )
-        .await
 }
 
 /// Runs until `shutdown` completes, then stops acting and gives the leader Lease up, so that

@@ -130,17 +130,19 @@ async fn look_into(
             Ok(None)
         }
         OrphanStep::CreatePv(pv) => {
-            super::mark_pv_created(ctx, &job.namespace().unwrap_or_default(), &job.name_any())
-                .await?;
-            tracing::info!(job = %job.name_any(), volume = %volume, "the claim was deleted while its Job ran; its volume is created to be deprovisioned");
-            match Api::<PersistentVolume>::all(ctx.client.clone())
-                .create(&PostParams::default(), &pv)
-                .await
-            {
-                Ok(_) => Ok(None),
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
-                Err(e) => Err(e.into()),
+            let ns = job.namespace().unwrap_or_default();
+            // A Job gone meanwhile leaves nothing to create a volume for.
+            if !super::apply::mark_pv_created(&ctx.client, &ns, &job.name_any()).await? {
+                return Ok(None);
             }
+            tracing::info!(job = %job.name_any(), volume = %volume, "the claim was deleted while its Job ran; its volume is created to be deprovisioned");
+            // One that exists already is judged by the volume controller.
+            super::apply::created(
+                Api::<PersistentVolume>::all(ctx.client.clone())
+                    .create(&PostParams::default(), &pv)
+                    .await,
+            )?;
+            Ok(None)
         }
     }
 }

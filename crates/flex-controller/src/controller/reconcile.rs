@@ -5,16 +5,16 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
+use super::apply::{self, Created, create_or_adopt};
 use super::caches::{by_claim, by_class};
 use super::configs::Resolved;
 use super::context::Context;
-use super::{create_or_adopt, gone_is_done};
 use flex_core::claim::{ClaimRequest, NodeInfo};
 use flex_core::job::{JobOutcome, ProvisionContext, outcome, provision_job};
 use flex_core::names::{ANN_SELECTED_NODE, pv_name};
@@ -388,15 +388,8 @@ async fn apply(
             super::expansion::reconcile_expansion(&g.claim, ctx).await?
         }
         Step::RemoveWrongPv { uid: pv_uid } => {
-            let dp = DeleteParams {
-                preconditions: Some(kube::api::Preconditions {
-                    uid: Some(pv_uid),
-                    resource_version: None,
-                }),
-                ..DeleteParams::background()
-            };
             let pvs: Api<PersistentVolume> = Api::all(ctx.client.clone());
-            gone_is_done(pvs.delete(&pv_name(&g.uid), &dp).await)?;
+            apply::delete(&pvs, &pv_name(&g.uid), pv_uid, None).await?;
             Action::requeue(Duration::from_secs(1))
         }
         Step::Start {
@@ -411,17 +404,16 @@ async fn apply(
 /// an earlier reconcile, or someone else's); either way the next plan, from the cache,
 /// judges what is there.
 async fn create_pv(g: &Gathered, ctx: &Context, pv: &PersistentVolume) -> crate::Result<Action> {
-    match Api::<PersistentVolume>::all(ctx.client.clone())
+    let made = Api::<PersistentVolume>::all(ctx.client.clone())
         .create(&kube::api::PostParams::default(), pv)
-        .await
-    {
-        Ok(_) => {
+        .await;
+    Ok(match apply::created(made)? {
+        Created::New => {
             ctx.starts.record_for(&pv_key(&g.uid), &pv.name_any(), 0);
-            Ok(Action::await_change())
+            Action::await_change()
         }
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Action::requeue(Duration::from_secs(1))),
-        Err(e) => Err(e.into()),
-    }
+        Created::Existed => Action::requeue(Duration::from_secs(1)),
+    })
 }
 
 /// Writes annotations on the claim, under the resourceVersion the plan was made from: a
@@ -435,15 +427,7 @@ async fn annotate_claim(
         Api::namespaced(ctx.client.clone(), &g.claim.namespace().unwrap_or_default());
     let patch = json!({"metadata": {"annotations": annotations,
                                     "resourceVersion": g.claim.resource_version()}});
-    gone_is_done(
-        claims
-            .patch(
-                &g.claim.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await,
-    )
+    apply::patch(&claims, &g.claim.name_any(), &patch).await
 }
 
 /// A verified volume's record and PV bookkeeping. The record first: a volume with our
@@ -457,20 +441,13 @@ async fn bookkeeping(
     if let Some(record) = record {
         let key = format!("record/{}", record.name_any());
         if !ctx.written.contains(&key) {
-            create_or_adopt(ctx, record.as_ref()).await?;
+            create_or_adopt(&ctx.client, record.as_ref()).await?;
             ctx.written.insert(&key);
         }
     }
     if let Some(patch) = patch {
         let pvs: Api<PersistentVolume> = Api::all(ctx.client.clone());
-        gone_is_done(
-            pvs.patch(
-                &pv_name(&g.uid),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await,
-        )?;
+        apply::patch(&pvs, &pv_name(&g.uid), &patch).await?;
     }
     Ok(())
 }
@@ -503,7 +480,7 @@ async fn start(
     );
     let ns = job.namespace().unwrap_or_default();
     let job_name = job.name_any();
-    create_or_adopt(ctx, &job).await?;
+    create_or_adopt(&ctx.client, &job).await?;
     ctx.starts.record(&g.class, &job_name);
     ctx.starts.record_for(&g.uid, &job_name, attempt);
     let (uid, claim_ns, claim_name) = (&g.uid, &request.namespace, &request.name);

@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
+use super::apply::{self, create_or_adopt};
 use super::caches::{by_claim, by_source, by_volume};
 use super::context::{Context, action_is};
-use super::{create_or_adopt, gone_is_done};
 use flex_core::job::{JobOutcome, outcome};
 use flex_core::names;
 use flex_core::plan::volume::{VolumeInputs, VolumePlan, VolumeStep, plan_volume};
@@ -276,15 +276,6 @@ async fn named_by(g: &Gathered, ctx: &Context, record: Option<&ConfigMap>) -> cr
 /// Carries out the plan's one effect.
 async fn apply(g: &Gathered, ctx: &Context, step: VolumeStep) -> crate::Result<Action> {
     let pvs: Api<PersistentVolume> = Api::all(ctx.client.clone());
-    let patch_pv = |patch: serde_json::Value| {
-        let pvs = pvs.clone();
-        async move {
-            gone_is_done(
-                pvs.patch(&g.name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await,
-            )
-        }
-    };
     Ok(match step {
         VolumeStep::Ignore => Action::await_change(),
         // Only returned before the API server was asked, and it was asked in `decide`.
@@ -293,28 +284,21 @@ async fn apply(g: &Gathered, ctx: &Context, step: VolumeStep) -> crate::Result<A
         }
         VolumeStep::Wait(wait) => Action::requeue(wait),
         VolumeStep::Patch(patch) => {
-            patch_pv(patch).await?;
+            apply::patch(&pvs, &g.name, &patch).await?;
             Action::await_change()
         }
         VolumeStep::KeepStorage { patch, mark_jobs } => {
             for (ns, job) in &mark_jobs {
-                gone_is_done(super::mark_pv_created(ctx, ns, job).await)?;
+                apply::mark_pv_created(&ctx.client, ns, job).await?;
             }
-            patch_pv(patch).await?;
+            apply::patch(&pvs, &g.name, &patch).await?;
             Action::await_change()
         }
         VolumeStep::Delete {
             uid,
             resource_version,
         } => {
-            let dp = DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: Some(uid),
-                    resource_version,
-                }),
-                ..DeleteParams::background()
-            };
-            gone_is_done(pvs.delete(&g.name, &dp).await)?;
+            apply::delete(&pvs, &g.name, uid, resource_version).await?;
             Action::await_change()
         }
         VolumeStep::Finish(patch) => {
@@ -323,18 +307,18 @@ async fn apply(g: &Gathered, ctx: &Context, step: VolumeStep) -> crate::Result<A
             if !ctx.written.contains(&key) {
                 // Marked and released in one write: a restart after it never runs the Job
                 // again.
-                patch_pv(patch).await?;
+                apply::patch(&pvs, &g.name, &patch).await?;
                 ctx.written.insert(&key);
                 finished(g, ctx);
             }
             Action::await_change()
         }
         VolumeStep::WriteRecord(record) => {
-            create_or_adopt(ctx, record.as_ref()).await?;
+            create_or_adopt(&ctx.client, record.as_ref()).await?;
             Action::requeue(Duration::from_millis(100))
         }
         VolumeStep::CreateJob(job) => {
-            create_or_adopt(ctx, job.as_ref()).await?;
+            create_or_adopt(&ctx.client, job.as_ref()).await?;
             let attempt = flex_core::job::attempt_of(&job);
             ctx.starts.record_for(&g.pv_uid, &job.name_any(), attempt);
             Action::requeue(flex_core::plan::volume::RUNNING_RECHECK)
