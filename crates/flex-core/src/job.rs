@@ -137,6 +137,8 @@ pub struct ProvisionContext<'a> {
     pub provisioner_name: &'a str,
     /// What the claim's data source resolved to (a clone's source volume, an object).
     pub source: Option<&'a crate::source::SourceData>,
+    /// The digest of the configuration and claim ([`crate::inputs::inputs_hash`]).
+    pub inputs_hash: &'a str,
 }
 
 /// The provisioning Job for attempt `attempt` of a claim.
@@ -149,6 +151,7 @@ pub fn provision_job(cx: ProvisionContext<'_>, attempt: u32, ttl_seconds: i32) -
         pv_template,
         provisioner_name,
         source,
+        inputs_hash,
     } = cx;
     let volume = pv_name(&claim.uid);
     let class = &config.class;
@@ -209,10 +212,7 @@ pub fn provision_job(cx: ProvisionContext<'_>, attempt: u32, ttl_seconds: i32) -
         annotations.insert(key.to_owned(), value);
     }
     // What the attempt is made from: a permanent failure is retried once this changes.
-    annotations.insert(
-        crate::inputs::ANN_INPUTS.to_owned(),
-        crate::inputs::inputs_hash(config, claim),
-    );
+    annotations.insert(crate::inputs::ANN_INPUTS.to_owned(), inputs_hash.to_owned());
     annotations.insert(
         crate::names::ANN_DEPROVISION_SPEC.to_owned(),
         serde_json::to_string(&deprovision).unwrap_or_default(),

@@ -16,13 +16,12 @@ use super::caches::{by_claim, by_class};
 use super::configs::Resolved;
 use super::context::Context;
 use flex_core::claim::{ClaimRequest, NodeInfo};
-use flex_core::job::{JobOutcome, ProvisionContext, outcome, provision_job};
+use flex_core::job::{JobOutcome, outcome};
 use flex_core::names::{ANN_SELECTED_NODE, pv_name};
 use flex_core::plan::claim::{
-    ANN_ATTEMPT, ANN_GAVE_UP, ClaimInputs, ConfigState, Step, plan_claim_with,
+    ANN_ATTEMPT, ANN_GAVE_UP, ClaimInputs, ConfigState, Prepared, Step, plan_claim,
 };
 use flex_core::plan::{Notice, reasons};
-use flex_core::rendered::RenderRequest;
 
 /// A running attempt is looked at again on every change of its Job, its pods and the Job
 /// controller's events about it; this is only the safety net. Short, it made a long burst
@@ -66,16 +65,12 @@ struct Gathered {
     class: String,
     class_provisioner: Option<String>,
     resolved: Resolved,
-    request: Result<ClaimRequest, flex_core::claim::ClaimError>,
     jobs: Vec<Arc<Job>>,
     pods: Vec<Arc<k8s_openapi::api::core::v1::Pod>>,
     pv: Option<Arc<PersistentVolume>>,
     node: Option<NodeInfo>,
     created_attempt: Option<u32>,
-    rendered: Option<Result<flex_core::rendered::Rendered, flex_core::rendered::RenderFailure>>,
     active_jobs_of_class: usize,
-    hash: String,
-    source: Option<flex_core::source::SourceData>,
     /// With `max-concurrent`, counting the class's active Jobs and creating the next one is
     /// one step: concurrent reconciles of the class take turns (held until applied).
     _turn: Option<tokio::sync::OwnedMutexGuard<()>>,
@@ -131,18 +126,10 @@ async fn gather(
     {
         return Ok(Err(Action::requeue(Duration::from_secs(5))));
     }
-    let request = ClaimRequest::from_claim(&claim);
-    let ready = match (&resolved, &request) {
-        (Resolved::Ready(c), Ok(req)) => Some((c.clone(), req)),
-        _ => None,
+    let limited = match &resolved {
+        Resolved::Ready(c) => ours && c.provisioner.max_concurrent.is_some(),
+        Resolved::Unusable(_) => false,
     };
-    let rendered = match &ready {
-        Some((c, req)) if ours => render(c.clone(), req, node.clone(), opts).await,
-        _ => None,
-    };
-    let limited = ready
-        .as_ref()
-        .is_some_and(|(c, _)| c.provisioner.max_concurrent.is_some());
     let _turn = match limited {
         true => Some(ctx.starts.turn(&class).await),
         false => None,
@@ -151,37 +138,18 @@ async fn gather(
         true => active_jobs_of_class(ctx, &class),
         false => 0,
     };
-    let hash = ready
-        .as_ref()
-        .map(|(c, req)| flex_core::inputs::inputs_hash(c, req))
-        .unwrap_or_default();
-    // A pending claim's data source of a kind its class lists, resolved for its Job (the
-    // record of a clone's source is read from the API server until the Job exists).
-    let source = match &ready {
-        Some((c, req)) if ours && pending => match &req.data_source {
-            Some(ds) if c.provisioner.data_sources.contains(&ds.kind_key()) => {
-                Some(super::sources::resolve(ctx, req, ds).await?)
-            }
-            _ => None,
-        },
-        _ => None,
-    };
     Ok(Ok(Gathered {
         claim,
         uid,
         class,
         class_provisioner,
         resolved,
-        request,
         jobs,
         pods,
         pv,
         node,
         created_attempt,
-        rendered,
         active_jobs_of_class,
-        hash,
-        source,
         _turn,
     }))
 }
@@ -241,23 +209,32 @@ async fn resolve_config(ctx: &Context, class: &str) -> Resolved {
     resolved
 }
 
-/// Rendering is CPU work bounded by its budget (time and bytes): it runs on a blocking
-/// thread, so a hostile template or claim never stalls the reconciles of other classes.
-async fn render(
-    config: Arc<flex_core::config::ClassConfig>,
-    request: &ClaimRequest,
-    node: Option<NodeInfo>,
-    opts: &super::Options,
-) -> Option<Result<flex_core::rendered::Rendered, flex_core::rendered::RenderFailure>> {
-    let request = RenderRequest {
-        config,
-        claim: request.clone(),
-        node,
-        provisioner_name: opts.provisioner_name.clone(),
+/// What an attempt is made from, when the planner asks for it: the templates rendered and
+/// the inputs digested on the blocking pool (CPU under a budget: a hostile template never
+/// stalls the reconciles of other classes), and a data source of a kind the class lists
+/// resolved (the record of a clone's source is read from the API server until the Job
+/// exists). `None`: nothing can be prepared (the planner asks only once its gate passed).
+async fn prepare(g: &Gathered, ctx: &Context) -> crate::Result<Option<Prepared>> {
+    let (Resolved::Ready(config), Ok(request)) = (&g.resolved, ClaimRequest::from_claim(&g.claim))
+    else {
+        return Ok(None);
     };
-    tokio::task::spawn_blocking(move || request.render())
-        .await
-        .ok()
+    // Only a pending claim's: a bound one's Job made its volume already.
+    let pending = g
+        .claim
+        .spec
+        .as_ref()
+        .is_some_and(|s| s.volume_name.is_none());
+    let source = match &request.data_source {
+        Some(ds) if pending && config.provisioner.data_sources.contains(&ds.kind_key()) => {
+            Some(super::sources::resolve(ctx, &request, ds).await?)
+        }
+        _ => None,
+    };
+    let (config, node) = (config.clone(), g.node.clone());
+    let name = ctx.opts.provisioner_name.clone();
+    let work = move || Prepared::here(&config, &request, node.as_ref(), &name, source);
+    Ok(tokio::task::spawn_blocking(work).await.ok())
 }
 
 /// Running provisioning Jobs of a class, those created here but not cached yet included.
@@ -276,16 +253,16 @@ fn active_jobs_of_class(ctx: &Context, class: &str) -> usize {
         + ctx.starts.unseen(class, &cached)
 }
 
-/// The plan, and the plan again with the API server's answer when it asks whether the PV
-/// exists (read only at the moment of that decision: the Job succeeded and the cache has
-/// no PV).
+/// The plan; when it asks for more (what an attempt is made from, or whether the PV
+/// exists, read only at the moment of that decision: the Job succeeded and the cache has
+/// no PV), the plan again with it. Each is asked for at most once.
 async fn decide(g: &Gathered, ctx: &Context) -> crate::Result<flex_core::plan::claim::Plan> {
     let opts = &ctx.opts;
     let config = match &g.resolved {
         Resolved::Ready(c) => ConfigState::Ready(c),
         Resolved::Unusable(p) => ConfigState::Unusable(p),
     };
-    let plan_with = |pv: Option<&PersistentVolume>, pv_absence_confirmed: bool| {
+    let plan_with = |prepared: Option<&Prepared>, read: Option<&Option<PersistentVolume>>| {
         let inputs = ClaimInputs {
             claim: &g.claim,
             provisioner_name: &opts.provisioner_name,
@@ -293,26 +270,33 @@ async fn decide(g: &Gathered, ctx: &Context) -> crate::Result<flex_core::plan::c
             config,
             jobs: g.jobs.iter().map(AsRef::as_ref).collect(),
             pods: g.pods.iter().map(AsRef::as_ref).collect(),
-            pv,
-            pv_absence_confirmed,
+            pv: read.map_or(g.pv.as_deref(), Option::as_ref),
+            pv_absence_confirmed: read.is_some_and(Option::is_none),
             node: g.node.as_ref(),
             active_jobs_of_class: g.active_jobs_of_class,
-            inputs_hash: &g.hash,
+            prepared,
             retry_base: opts.retry_base,
+            job_ttl_seconds: opts.job_ttl_seconds,
             now: jiff::Timestamp::now(),
-            source: g.source.as_ref(),
             created_attempt: g.created_attempt,
         };
-        plan_claim_with(&inputs, g.rendered.clone())
+        plan_claim(&inputs)
     };
-    let plan = plan_with(g.pv.as_deref(), false);
-    if plan.step != Step::ConfirmPv {
-        return Ok(plan);
+    let (mut prepared, mut read) = (None, None);
+    loop {
+        let plan = plan_with(prepared.as_ref(), read.as_ref());
+        match plan.step {
+            Step::Prepare if prepared.is_none() => match prepare(g, ctx).await? {
+                Some(p) => prepared = Some(p),
+                None => return Ok(plan),
+            },
+            Step::ConfirmPv if read.is_none() => {
+                let pvs = Api::<PersistentVolume>::all(ctx.client.clone());
+                read = Some(pvs.get_opt(&pv_name(&g.uid)).await?);
+            }
+            _ => return Ok(plan),
+        }
     }
-    let fetched = Api::<PersistentVolume>::all(ctx.client.clone())
-        .get_opt(&pv_name(&g.uid))
-        .await?;
-    Ok(plan_with(fetched.as_ref(), fetched.is_none()))
 }
 
 /// Tells the plan's notices on the claim; a first success is timed.
@@ -345,6 +329,8 @@ async fn apply(
         Step::WaitForNode => Action::await_change(),
         // Only returned before the API server was asked, and it was asked in `decide`.
         Step::ConfirmPv => Action::requeue(Duration::from_secs(1)),
+        // Returned again only when nothing could be prepared (a render that panicked).
+        Step::Prepare => Action::requeue(RECHECK_BLOCKED),
         // Triggers cover changes to the claim, class and ConfigMap; this is the safety net.
         Step::Blocked => Action::requeue(RECHECK_BLOCKED),
         Step::AwaitSource => Action::requeue(RECHECK_SOURCE),
@@ -362,8 +348,11 @@ async fn apply(
             annotate_claim(g, ctx, annotations).await?;
             Action::requeue(wait)
         }
-        Step::GiveUp { attempt } => {
-            let annotations = json!({ANN_GAVE_UP: g.hash, ANN_ATTEMPT: attempt.to_string()});
+        Step::GiveUp {
+            attempt,
+            inputs_hash,
+        } => {
+            let annotations = json!({ANN_GAVE_UP: inputs_hash, ANN_ATTEMPT: attempt.to_string()});
             annotate_claim(g, ctx, annotations).await?;
             Action::await_change()
         }
@@ -392,11 +381,7 @@ async fn apply(
             apply::delete(&pvs, &pv_name(&g.uid), pv_uid, None).await?;
             Action::requeue(Duration::from_secs(1))
         }
-        Step::Start {
-            attempt,
-            rendered,
-            template,
-        } => start(g, ctx, attempt, &rendered, &template).await?,
+        Step::CreateJob { attempt, job } => start(g, ctx, attempt, &job).await?,
     })
 }
 
@@ -454,42 +439,20 @@ async fn bookkeeping(
 
 /// Creates attempt `attempt`'s Job (one that exists already, from an earlier run of this
 /// controller, is adopted) and says so on the claim.
-async fn start(
-    g: &Gathered,
-    ctx: &Context,
-    attempt: u32,
-    rendered: &flex_core::rendered::Rendered,
-    template: &PersistentVolume,
-) -> crate::Result<Action> {
-    let Resolved::Ready(config) = &g.resolved else {
-        return Ok(Action::await_change());
-    };
-    let request = g.request.clone()?;
-    let job = provision_job(
-        ProvisionContext {
-            config,
-            claim: &request,
-            node: g.node.as_ref(),
-            rendered,
-            pv_template: template,
-            provisioner_name: &ctx.opts.provisioner_name,
-            source: g.source.as_ref(),
-        },
-        attempt,
-        ctx.opts.job_ttl_seconds,
-    );
+async fn start(g: &Gathered, ctx: &Context, attempt: u32, job: &Job) -> crate::Result<Action> {
     let ns = job.namespace().unwrap_or_default();
     let job_name = job.name_any();
-    create_or_adopt(&ctx.client, &job).await?;
+    create_or_adopt(&ctx.client, job).await?;
     ctx.starts.record(&g.class, &job_name);
     ctx.starts.record_for(&g.uid, &job_name, attempt);
-    let (uid, claim_ns, claim_name) = (&g.uid, &request.namespace, &request.name);
+    let (uid, claim_ns, claim_name) = (&g.uid, g.claim.namespace(), g.claim.name_any());
+    let claim_ns = claim_ns.unwrap_or_default();
     let notice = Notice::normal(
         format!("provisioning/{uid}/{attempt}"),
         reasons::PROVISIONING,
         format!("External provisioner is provisioning volume for claim \"{claim_ns}/{claim_name}\" (attempt {attempt}, Job {ns}/{job_name})"),
     )
-    .about(&job)
+    .about(job)
     .action("Provision");
     ctx.tell(&g.claim.object_ref(&()), &g.class, &[notice])
         .await;

@@ -15,9 +15,12 @@ use crate::config::ClassConfig;
 use crate::config::PvCreator;
 use crate::config::sources::check_report;
 use crate::inputs::ANN_INPUTS;
-use crate::job::{JobOutcome, JobRecipe, attempt_of, outcome, pod_failure, pods_of, report_of};
+use crate::job::{
+    JobOutcome, JobRecipe, ProvisionContext, attempt_of, outcome, pod_failure, pods_of,
+    provision_job, report_of,
+};
 use crate::names::{ANN_STORAGE_PROVISIONER, ANN_STORAGE_PROVISIONER_BETA, fnv1a32, pv_name};
-use crate::rendered::{RenderFailure, Rendered, render_for_claim};
+use crate::rendered::{RenderFailure, Rendered};
 use crate::volume::{Expected, PvCheck, pv_template, pv_with_source, verify};
 
 /// Annotations on the claim: the number of the last failed attempt, written only when its
@@ -60,19 +63,55 @@ pub struct ClaimInputs<'a> {
     pub node: Option<&'a NodeInfo>,
     /// Provisioning Jobs of this class that are still running (for `max-concurrent`).
     pub active_jobs_of_class: usize,
-    /// Hash of what an attempt would be made from now (see `inputs_hash`).
-    pub inputs_hash: &'a str,
+    /// What an attempt would be made from now, once the planner asked for it
+    /// ([`Step::Prepare`]); `None` until then.
+    pub prepared: Option<&'a Prepared>,
     pub retry_base: Duration,
+    /// `ttlSecondsAfterFinished` of the Jobs the planner builds.
+    pub job_ttl_seconds: i32,
     pub now: jiff::Timestamp,
-    /// What the claim's data source resolved to, when it has one the class lists.
-    pub source: Option<&'a crate::source::SourceData>,
     /// The latest attempt whose Job this controller created but the Job cache does not show
     /// yet: it counts as running, so no second create (and no second request) is made.
     pub created_attempt: Option<u32>,
 }
 
+/// What an attempt is made from, and costs work to know: the rendered templates (CPU under
+/// a budget, so the caller runs it off the reconcile thread), the digest of the inputs, and
+/// what the claim's data source resolved to (it may take a read). The planner asks for it
+/// ([`Step::Prepare`]) only when it starts, retries or gives up on an attempt, so a bound
+/// claim or a running attempt costs none of it.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub rendered: Result<Rendered, RenderFailure>,
+    /// See [`crate::inputs::inputs_hash`].
+    pub inputs_hash: String,
+    /// What the claim's data source resolved to, when it has one the class lists.
+    pub source: Option<crate::source::SourceData>,
+}
+
+impl Prepared {
+    /// Renders and digests on the calling thread (tests, the `render` command); the
+    /// controller renders on its blocking pool instead.
+    pub fn here(
+        config: &ClassConfig,
+        request: &ClaimRequest,
+        node: Option<&NodeInfo>,
+        provisioner_name: &str,
+        source: Option<crate::source::SourceData>,
+    ) -> Self {
+        Prepared {
+            rendered: crate::rendered::render_for_claim(config, request, node, provisioner_name),
+            inputs_hash: crate::inputs::inputs_hash(config, request),
+            source,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Step {
+    /// The decision needs what an attempt is made from: prepare it ([`Prepared`]) and plan
+    /// again with it.
+    Prepare,
     /// Not ours, or nothing to do (bound, being deleted, not pending).
     Ignore,
     /// WaitForFirstConsumer: no node selected yet.
@@ -83,17 +122,14 @@ pub enum Step {
     /// controller may not read): nothing about this claim will change when it can, so it is
     /// looked at again soon.
     AwaitSource,
-    /// Give up for good on these inputs (recorded on the claim, with the attempt number).
-    GiveUp { attempt: u32 },
+    /// Give up for good on these inputs (their digest is recorded on the claim, with the
+    /// attempt number).
+    GiveUp { attempt: u32, inputs_hash: String },
     /// Record the failed attempt's number on the claim (its Job expires before the next
     /// attempt is due), then wait this long before the next one.
     RecordAttempt { attempt: u32, wait: Duration },
-    /// Create the Job for this attempt.
-    Start {
-        attempt: u32,
-        rendered: Box<Rendered>,
-        template: Box<PersistentVolume>,
-    },
+    /// Create the Job for this attempt (one that exists already is adopted).
+    CreateJob { attempt: u32, job: Box<Job> },
     /// The attempt's Job is running.
     Running { attempt: u32 },
     /// `max-concurrent` Jobs of the class are running.
@@ -330,23 +366,12 @@ fn recorded_attempt(
     }
 }
 
+/// The next step for a claim, in stages: [`gate`] (is the claim ours and servable),
+/// [`Judging::judge_pv`] (a PV exists under the claim's name), [`Judging::judge_job`] (the
+/// latest attempt's Job) and [`Judging::after_failure`] (retry, wait or give up). A stage
+/// that needs what an attempt is made from and was not given it returns [`Step::Prepare`].
 pub fn plan_claim(i: &ClaimInputs<'_>) -> Plan {
-    plan_claim_with(i, None)
-}
-
-/// `plan_claim` with the claim's templates already rendered, e.g. by
-/// `RenderRequest::render` inside `tokio::task::spawn_blocking`, from the same configuration,
-/// claim and node as `i`. `None` renders here, on the calling thread.
-///
-/// The stages, in order: [`gate`] (is the claim ours and servable, and what would an attempt
-/// be made from), [`Judging::judge_pv`] (a PV exists under the claim's name),
-/// [`Judging::judge_job`] (the latest attempt's Job) and [`Judging::after_failure`] (retry,
-/// wait or give up).
-pub fn plan_claim_with(
-    i: &ClaimInputs<'_>,
-    rendered: Option<Result<Rendered, RenderFailure>>,
-) -> Plan {
-    let judging = match gate(i, rendered) {
+    let judging = match gate(i) {
         Ok(g) => Judging::new(i, g),
         Err(done) => return done,
     };
@@ -359,80 +384,72 @@ pub fn plan_claim_with(
     judging.judge_job()
 }
 
-/// What the gate lets through: a claim of ours, servable, with what an attempt is made from.
+/// What the gate lets through: a claim of ours, servable.
 struct Gated<'a> {
     stage: Stage,
     request: ClaimRequest,
     config: &'a ClassConfig,
-    rendered: Rendered,
-    notices: Vec<Notice>,
+}
+
+/// A problem the user or an admin must fix before anything happens; said only while the
+/// claim is pending (past provisioning, problems are no longer the user's to fix).
+fn blocked(
+    stage: &Stage,
+    key: &str,
+    reason: &'static str,
+    message: String,
+    action: &'static str,
+    mut notices: Vec<Notice>,
+) -> Plan {
+    if *stage != Stage::Pending {
+        return plan(Step::Ignore, vec![]);
+    }
+    notices.push(
+        Notice::warning(format!("{key}/{}", short_hash(&message)), reason, message).action(action),
+    );
+    plan(Step::Blocked, notices)
 }
 
 /// Stage 1: whether the claim is ours and can be served at all (its fields, its class's
-/// configuration, a selected node when the class waits for one, its templates).
-fn gate<'a>(
-    i: &ClaimInputs<'a>,
-    rendered: Option<Result<Rendered, RenderFailure>>,
-) -> Result<Gated<'a>, Plan> {
+/// configuration, a selected node when the class waits for one).
+fn gate<'a>(i: &ClaimInputs<'a>) -> Result<Gated<'a>, Plan> {
     let stage = stage(i.claim);
     if stage == Stage::Other || !is_ours(i.claim, i.class_provisioner, i.provisioner_name) {
         return Err(plan(Step::Ignore, vec![]));
     }
-    // Past provisioning, problems are no longer the user's to fix: stay quiet.
-    let quiet = |p: Plan| {
-        if stage == Stage::Pending {
-            p
-        } else {
-            plan(Step::Ignore, vec![])
-        }
-    };
-    let blocked = |key: &str, reason: &'static str, message: String, action: &'static str| {
-        quiet(plan(
-            Step::Blocked,
-            vec![
-                Notice::warning(format!("{key}/{}", short_hash(&message)), reason, message)
-                    .action(action),
-            ],
-        ))
-    };
     let request = ClaimRequest::from_claim(i.claim).map_err(|e| {
+        let message = format!("cannot provision this claim: {e}");
         blocked(
+            &stage,
             "claim",
             reasons::FAILED,
-            format!("cannot provision this claim: {e}"),
+            message,
             "Validate",
+            vec![],
         )
     })?;
     let config = match i.config {
         ConfigState::Ready(c) => c,
         ConfigState::Unusable(problem) => {
+            let message = problem.to_owned();
+            let reason = reasons::CONFIG_INVALID;
             return Err(blocked(
+                &stage,
                 "config",
-                reasons::CONFIG_INVALID,
-                problem.to_owned(),
+                reason,
+                message,
                 "Configure",
+                vec![],
             ));
         }
     };
     if config.class.waits_for_consumer() && request.selected_node.is_none() {
         return Err(plan(Step::WaitForNode, vec![]));
     }
-    let rendered =
-        rendered.unwrap_or_else(|| render_for_claim(config, &request, i.node, i.provisioner_name));
-    let rendered = rendered.map_err(|e| {
-        blocked(
-            "render",
-            reasons::FAILED,
-            format!("cannot provision this claim: {e}"),
-            "Validate",
-        )
-    })?;
     Ok(Gated {
         stage,
         request,
         config,
-        rendered,
-        notices: Vec::new(),
     })
 }
 
@@ -442,7 +459,6 @@ struct Judging<'i, 'a> {
     stage: Stage,
     request: ClaimRequest,
     config: &'a ClassConfig,
-    rendered: Rendered,
     /// The PV an attempt makes, but for its volume source.
     template: PersistentVolume,
     notices: Vec<Notice>,
@@ -461,8 +477,6 @@ struct Judging<'i, 'a> {
     report: Option<String>,
     /// `max-concurrent` Jobs of the class are running.
     throttled: bool,
-    /// Why the claim's data source cannot be used (now or ever).
-    source_problem: Option<(Step, String)>,
 }
 
 impl<'i, 'a> Judging<'i, 'a> {
@@ -471,9 +485,8 @@ impl<'i, 'a> Judging<'i, 'a> {
             stage,
             request,
             config,
-            rendered,
-            mut notices,
         } = g;
+        let mut notices = Vec::new();
         let template = pv_template(config, &request, i.node, i.provisioner_name);
         let latest = i.jobs.iter().copied().max_by_key(|j| attempt_of(j));
         let (on_claim, forged) = recorded_attempt(i.claim, latest.map(attempt_of));
@@ -501,7 +514,6 @@ impl<'i, 'a> Judging<'i, 'a> {
             .provisioner
             .max_concurrent
             .is_some_and(|max| i.active_jobs_of_class >= max as usize);
-        let source_problem = source_problem(i, &request, config);
         Judging {
             i,
             stage,
@@ -514,64 +526,95 @@ impl<'i, 'a> Judging<'i, 'a> {
             by_controller,
             report,
             throttled,
-            source_problem,
             request,
             config,
-            rendered,
             notices,
         }
     }
 
-    /// Attempt `attempt` starts, unless its data source or `max-concurrent` holds it back.
-    fn start(&self, attempt: u32, mut notices: Vec<Notice>) -> Plan {
-        if let Some((step, problem)) = &self.source_problem {
-            notices.push(
+    /// What an attempt is made from, or the plan that asks for it.
+    fn prepared(&self) -> Result<&'a Prepared, Plan> {
+        self.i.prepared.ok_or_else(|| plan(Step::Prepare, vec![]))
+    }
+
+    /// The claim's rendered templates, or the plan that asks for them or says why they
+    /// cannot be rendered (with the notices so far).
+    fn rendered(&mut self) -> Result<&'a Rendered, Plan> {
+        match &self.prepared()?.rendered {
+            Ok(r) => Ok(r),
+            Err(e) => {
+                let message = format!("cannot provision this claim: {e}");
+                let notices = std::mem::take(&mut self.notices);
+                let why = (reasons::FAILED, message, "Validate");
+                Err(blocked(&self.stage, "render", why.0, why.1, why.2, notices))
+            }
+        }
+    }
+
+    /// Attempt `attempt`'s Job, unless its templates do not render, or its data source or
+    /// `max-concurrent` holds it back.
+    fn start(mut self, attempt: u32) -> Plan {
+        let rendered = match self.rendered() {
+            Ok(r) => r,
+            Err(held) => return held,
+        };
+        let Some(prepared) = self.i.prepared else {
+            return plan(Step::Prepare, vec![]);
+        };
+        let source = prepared.source.as_ref();
+        if let Some((step, problem)) = source_problem(source, &self.request, self.config) {
+            self.notices.push(
                 Notice::warning(
-                    format!("source/{}", short_hash(problem)),
+                    format!("source/{}", short_hash(&problem)),
                     reasons::FAILED,
-                    problem.clone(),
+                    problem,
                 )
                 .action("Validate"),
             );
-            return plan(step.clone(), notices);
+            return plan(step, self.notices);
         }
         if self.throttled {
-            return plan(Step::Throttled, notices);
+            return plan(Step::Throttled, self.notices);
         }
-        plan(
-            Step::Start {
-                attempt,
-                rendered: Box::new(self.rendered.clone()),
-                template: Box::new(self.template.clone()),
+        let job = provision_job(
+            ProvisionContext {
+                config: self.config,
+                claim: &self.request,
+                node: self.i.node,
+                rendered,
+                pv_template: &self.template,
+                provisioner_name: self.i.provisioner_name,
+                source,
+                inputs_hash: &prepared.inputs_hash,
             },
-            notices,
-        )
+            attempt,
+            self.i.job_ttl_seconds,
+        );
+        let job = Box::new(job);
+        plan(Step::CreateJob { attempt, job }, self.notices)
     }
 
     /// The volume's deprovision record: what the Job that made the volume was given;
     /// rendered afresh only for a Job made before Jobs carried it.
     fn record_for(
-        &self,
+        &mut self,
         pv: &PersistentVolume,
-    ) -> Option<Box<k8s_openapi::api::core::v1::ConfigMap>> {
+    ) -> Result<Option<Box<k8s_openapi::api::core::v1::ConfigMap>>, Plan> {
         let latest = self.latest;
-        latest
-            .and_then(|j| crate::record::record_from_attempt(pv, j))
-            .or_else(|| {
-                let deprovision = JobRecipe::deprovision(self.config, &self.rendered, self.i.node);
-                let expand = JobRecipe::expand(self.config, &self.rendered, self.i.node);
-                crate::record::build_record(
-                    pv,
-                    &deprovision,
-                    Some(&expand),
-                    &self.rendered.parameters_json(),
-                )
-                .map(|r| match latest {
-                    Some(j) => crate::record::with_job_owner(r, j),
-                    None => r,
-                })
+        if let Some(r) = latest.and_then(|j| crate::record::record_from_attempt(pv, j)) {
+            return Ok(Some(Box::new(r)));
+        }
+        let rendered = self.rendered()?;
+        let deprovision = JobRecipe::deprovision(self.config, rendered, self.i.node);
+        let expand = JobRecipe::expand(self.config, rendered, self.i.node);
+        let parameters = rendered.parameters_json();
+        let record = crate::record::build_record(pv, &deprovision, Some(&expand), &parameters);
+        Ok(record
+            .map(|r| match latest {
+                Some(j) => crate::record::with_job_owner(r, j),
+                None => r,
             })
-            .map(Box::new)
+            .map(Box::new))
     }
 
     /// Stage 2: a PV exists under the claim's name. Right: bookkeeping (and the success
@@ -684,13 +727,26 @@ impl<'i, 'a> Judging<'i, 'a> {
                 .action("Verify"),
             );
         }
-        let record = announce.then(|| self.record_for(pv)).flatten();
+        let record = match announce {
+            true => match self.record_for(pv) {
+                Ok(r) => r,
+                Err(asked) => return asked,
+            },
+            false => None,
+        };
         plan(Step::Provisioned { patch, record }, self.notices)
     }
 
     /// Stage 3: no PV yet, the claim pending: the latest attempt's Job decides.
-    fn judge_job(mut self) -> Plan {
-        let gave_up = annotation(self.i.claim, ANN_GAVE_UP) == Some(self.i.inputs_hash);
+    fn judge_job(self) -> Plan {
+        // The digest is prepared only for a claim that gave up on some inputs.
+        let gave_up = match annotation(self.i.claim, ANN_GAVE_UP) {
+            None => false,
+            Some(on) => match self.prepared() {
+                Ok(p) => on == p.inputs_hash,
+                Err(ask) => return ask,
+            },
+        };
         let Some(job) = self.latest else {
             if gave_up {
                 return plan(Step::Blocked, self.notices);
@@ -703,8 +759,8 @@ impl<'i, 'a> Judging<'i, 'a> {
             // was cleaned up by its TTL (the next attempt follows it), or it is not in the
             // cache yet after a restart. Creating an attempt's Job again is safe: an
             // existing one is adopted.
-            let notices = std::mem::take(&mut self.notices);
-            return self.start(self.on_claim.saturating_add(1), notices);
+            let next = self.on_claim.saturating_add(1);
+            return self.start(next);
         };
         // An attempt created here that is newer than any Job we see: not in our cache yet.
         if attempt_of(job) < self.recorded {
@@ -799,12 +855,16 @@ impl<'i, 'a> Judging<'i, 'a> {
         } = failure;
         let attempt = self.attempt;
         let job_uid = job.metadata.uid.clone().unwrap_or_default();
+        let prepared = match self.prepared() {
+            Ok(p) => p,
+            Err(ask) => return ask,
+        };
         let same_inputs = job
             .metadata
             .annotations
             .as_ref()
             .and_then(|a| a.get(ANN_INPUTS))
-            .is_none_or(|h| h == self.i.inputs_hash);
+            .is_none_or(|h| *h == prepared.inputs_hash);
         let out_of_attempts = self
             .config
             .provisioner
@@ -831,19 +891,21 @@ impl<'i, 'a> Judging<'i, 'a> {
             );
             let step = match gave_up {
                 true => Step::Blocked,
-                false => Step::GiveUp { attempt },
+                false => Step::GiveUp {
+                    attempt,
+                    inputs_hash: prepared.inputs_hash.clone(),
+                },
             };
             return plan(step, self.notices);
         }
-        let mut notices = std::mem::take(&mut self.notices);
         if permanent || out_of_attempts {
             // The claim or configuration changed since: a fresh try.
-            return self.start(attempt.saturating_add(1), notices);
+            return self.start(attempt.saturating_add(1));
         }
         let i = self.i;
         let wait = delay_after(attempt, i.retry_base);
         let remaining = wait_remaining(attempt, i.retry_base, at, i.now);
-        notices.push(
+        self.notices.push(
             Notice::warning(
                 format!("failed/{job_uid}"),
                 reasons::FAILED,
@@ -859,10 +921,11 @@ impl<'i, 'a> Judging<'i, 'a> {
         );
         let unrecorded = self.on_claim < attempt;
         if remaining.is_zero() {
-            let next = self.start(attempt.saturating_add(1), notices);
-            // Held back (max-concurrent, a data source not usable yet): if the failed Job
-            // expires meanwhile, its number must not be lost with it.
-            let held = !matches!(next.step, Step::Start { .. });
+            let next = self.start(attempt.saturating_add(1));
+            // Held back (max-concurrent, a data source not usable yet, templates that do
+            // not render): if the failed Job expires meanwhile, its number must not be lost
+            // with it.
+            let held = !matches!(next.step, Step::CreateJob { .. });
             if held && unrecorded && expires_before(job, at, EXPIRY_MARGIN, i.now) {
                 let step = Step::RecordAttempt {
                     attempt,
@@ -877,13 +940,13 @@ impl<'i, 'a> Judging<'i, 'a> {
                 attempt,
                 wait: remaining,
             };
-            return plan(step, notices);
+            return plan(step, self.notices);
         }
         let step = Step::Backoff {
             next_attempt: attempt.saturating_add(1),
             wait: remaining,
         };
-        plan(step, notices)
+        plan(step, self.notices)
     }
 }
 
@@ -907,7 +970,7 @@ impl Failure {
 /// Why the claim's data source cannot be used: never as it stands (another namespace, a
 /// kind the class does not list), or not yet (not resolved, or unusable for now).
 fn source_problem(
-    i: &ClaimInputs<'_>,
+    source: Option<&crate::source::SourceData>,
     request: &ClaimRequest,
     config: &ClassConfig,
 ) -> Option<(Step, String)> {
@@ -948,7 +1011,7 @@ fn source_problem(
             ),
         ))
     };
-    match i.source {
+    match source {
         Some(crate::source::SourceData::Unusable(why)) => wait(why),
         Some(_) => None,
         None => wait("it has not been read"),

@@ -117,6 +117,7 @@ pub fn render_objects(
             pv_template: &p.pv,
             provisioner_name,
             source: None,
+            inputs_hash: &flex_core::inputs::inputs_hash(&p.config, &p.claim),
         },
         attempt,
         ttl_seconds,

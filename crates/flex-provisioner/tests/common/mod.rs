@@ -162,6 +162,7 @@ pub fn produce(
             pv_template: &pv,
             provisioner_name: P,
             source: None,
+            inputs_hash: &flex_core::inputs::inputs_hash(&config, &claim),
         },
         attempt,
         DEFAULT_JOB_TTL_SECONDS,

@@ -125,7 +125,25 @@ fn case(config: &ClassConfig) -> Case<'_> {
     }
 }
 
+/// The plan as the controller makes it: when the planner asks for what an attempt is made
+/// from, it is prepared (with the case's digest) and the claim planned again.
 fn run(c: &Case<'_>) -> Plan {
+    let first = plan_unprepared(c, None);
+    if first.step != Step::Prepare {
+        return first;
+    }
+    let ConfigState::Ready(config) = c.config else {
+        panic!("asked to prepare without a configuration")
+    };
+    let request = ClaimRequest::from_claim(&c.claim).expect("asked to prepare a bad claim");
+    let mut prepared = Prepared::here(config, &request, None, P, c.source.clone());
+    prepared.inputs_hash = c.hash.to_owned();
+    let again = plan_unprepared(c, Some(&prepared));
+    assert_ne!(again.step, Step::Prepare, "asked twice");
+    again
+}
+
+fn plan_unprepared(c: &Case<'_>, prepared: Option<&Prepared>) -> Plan {
     plan_claim(&ClaimInputs {
         claim: &c.claim,
         provisioner_name: P,
@@ -137,17 +155,17 @@ fn run(c: &Case<'_>) -> Plan {
         pv_absence_confirmed: c.pv_absence_confirmed,
         node: None,
         active_jobs_of_class: c.active,
-        inputs_hash: c.hash,
+        prepared,
         retry_base: Duration::from_secs(10),
+        job_ttl_seconds: 600,
         now: c.now.parse().unwrap(),
-        source: c.source.as_ref(),
         created_attempt: c.created,
     })
 }
 
 fn starts(p: &Plan) -> Option<u32> {
     match &p.step {
-        Step::Start { attempt, .. } => Some(*attempt),
+        Step::CreateJob { attempt, .. } => Some(*attempt),
         _ => None,
     }
 }
@@ -208,14 +226,61 @@ fn a_fresh_claim_starts_attempt_one() {
     let cfg = config(json!({}), "Immediate");
     let p = run(&case(&cfg));
     assert_eq!(starts(&p), Some(1));
-    let Step::Start {
-        rendered, template, ..
-    } = p.step
-    else {
+    let Step::CreateJob { job, .. } = p.step else {
         unreachable!()
     };
-    assert_eq!(rendered.parameters["dir"], "/v/data");
-    assert_eq!(template.metadata.name.as_deref(), Some("pvc-u-1"));
+    assert_eq!(job.metadata.name.as_deref(), Some("provision-u-1"));
+    let env = |name| crate::job::env_of(&job, name).unwrap();
+    assert_eq!(env("PARAMETERS"), r#"{"dir":"/v/data"}"#);
+    let template: Value = serde_json::from_str(&env("PV_TEMPLATE")).unwrap();
+    assert_eq!(template["metadata"]["name"], "pvc-u-1");
+    let annotations = job.metadata.annotations.unwrap();
+    assert_eq!(annotations[ANN_INPUTS], "h1", "the prepared digest");
+    assert_eq!(job.spec.unwrap().ttl_seconds_after_finished, Some(600));
+}
+
+/// Rendering and the digest are asked for only when an attempt is started, retried or given
+/// up on: a bound claim and a running attempt cost neither, however often they are planned.
+#[test]
+fn only_a_decision_about_an_attempt_asks_for_its_inputs() {
+    let cfg = config(json!({}), "Immediate");
+    let bound = Case {
+        claim: claim(json!({"spec": {"volumeName": "pvc-u-1"}, "status": {"phase": "Bound"}})),
+        jobs: vec![succeeded_with_record("/v/data")],
+        pv: Some(pv(UID)),
+        ..case(&cfg)
+    };
+    let running = Case {
+        jobs: vec![job(1, json!({"active": 1}), "h1")],
+        ..case(&cfg)
+    };
+    let given_up = Case {
+        claim: claim(json!({"metadata": {"annotations": {ANN_GAVE_UP: "h1"}}})),
+        ..case(&cfg)
+    };
+    for (what, c, asks) in [
+        ("a bound claim", &bound, false),
+        ("a running attempt", &running, false),
+        ("a fresh claim", &case(&cfg), true),
+        (
+            "a failed attempt",
+            &Case {
+                jobs: vec![job(
+                    1,
+                    failed("BackoffLimitExceeded", "2026-01-01T00:00:01Z"),
+                    "h1",
+                )],
+                ..case(&cfg)
+            },
+            true,
+        ),
+        ("a claim that gave up", &given_up, true),
+    ] {
+        let step = plan_unprepared(c, None).step;
+        assert_eq!(step == Step::Prepare, asks, "{what}: {step:?}");
+    }
+    assert!(matches!(run(&bound).step, Step::Provisioned { .. }));
+    assert_eq!(run(&given_up).step, Step::Blocked, "the digest matched");
 }
 
 #[test]
@@ -522,7 +587,13 @@ fn permanent_failures_and_max_attempts_give_up_until_inputs_change() {
         now: "2026-01-02T00:00:00Z",
         ..case(&cfg)
     };
-    assert_eq!(run(&c).step, Step::GiveUp { attempt: 1 });
+    assert_eq!(
+        run(&c).step,
+        Step::GiveUp {
+            attempt: 1,
+            inputs_hash: "h1".into()
+        }
+    );
     let gave_up = claim(json!({"metadata": {"annotations": {ANN_GAVE_UP: "h1"}}}));
     let c = Case {
         claim: gave_up,
@@ -566,7 +637,13 @@ fn permanent_failures_and_max_attempts_give_up_until_inputs_change() {
         ..case(&limited)
     };
     let p = run(&c);
-    assert_eq!(p.step, Step::GiveUp { attempt: 2 });
+    assert_eq!(
+        p.step,
+        Step::GiveUp {
+            attempt: 2,
+            inputs_hash: "h1".into()
+        }
+    );
     assert!(p.notices.iter().any(|n| n.message.contains("max-attempts")));
 }
 
@@ -862,7 +939,14 @@ fn the_controller_creates_the_pv_from_a_valid_report_only() {
             vec![succeeded_pod("j1", report)],
             "2026-01-01T00:00:05Z",
         ));
-        assert_eq!(p.step, Step::GiveUp { attempt: 1 }, "{report}");
+        assert_eq!(
+            p.step,
+            Step::GiveUp {
+                attempt: 1,
+                inputs_hash: "h1".into()
+            },
+            "{report}"
+        );
         let m = &p
             .notices
             .iter()
@@ -1105,25 +1189,9 @@ fn the_record_holds_what_the_job_was_given() {
         json!({"dir": "/v/{{dnslabel claim.labels.team}}"}),
         "Immediate",
     );
-    let recipe = json!({"namespace": "ns", "config": "ns/c", "image": "img:1",
-        "timeoutSeconds": 60, "retries": 0, "permanentExitCodes": []});
-    let mut made = job(1, complete("2026-01-01T00:00:04Z"), "h1");
-    let annotations = made.metadata.annotations.as_mut().unwrap();
-    annotations.insert(
-        crate::names::ANN_DEPROVISION_SPEC.into(),
-        recipe.to_string(),
-    );
-    annotations.insert(crate::names::ANN_EXPAND_SPEC.into(), recipe.to_string());
-    made.spec = Some(
-        serde_json::from_value(
-            json!({"template": {"spec": {"containers": [{"name": "provisioner",
-            "env": [{"name": "PARAMETERS", "value": "{\"dir\":\"/v/alpha\"}"}]}]}}}),
-        )
-        .unwrap(),
-    );
     let c = Case {
         claim: claim(json!({"metadata": {"labels": {"team": "beta"}}})),
-        jobs: vec![made],
+        jobs: vec![succeeded_with_record("/v/alpha")],
         pv: Some(pv(UID)),
         ..case(&cfg)
     };
@@ -1135,4 +1203,27 @@ fn the_record_holds_what_the_job_was_given() {
     assert_eq!(data["parameters"], "{\"dir\":\"/v/alpha\"}");
     assert!(data.contains_key("expand-spec"));
     assert_eq!(data["claim"], "a/data");
+}
+
+/// Attempt 1's Job, succeeded, carrying what its volume's record is made from (its
+/// recipes and its `dir` parameter).
+fn succeeded_with_record(dir: &str) -> Job {
+    let recipe = json!({"namespace": "ns", "config": "ns/c", "image": "img:1",
+        "timeoutSeconds": 60, "retries": 0, "permanentExitCodes": []});
+    let mut made = job(1, complete("2026-01-01T00:00:04Z"), "h1");
+    let annotations = made.metadata.annotations.as_mut().unwrap();
+    annotations.insert(
+        crate::names::ANN_DEPROVISION_SPEC.into(),
+        recipe.to_string(),
+    );
+    annotations.insert(crate::names::ANN_EXPAND_SPEC.into(), recipe.to_string());
+    let parameters = json!({"dir": dir}).to_string();
+    made.spec = Some(
+        serde_json::from_value(
+            json!({"template": {"spec": {"containers": [{"name": "provisioner",
+            "env": [{"name": "PARAMETERS", "value": parameters}]}]}}}),
+        )
+        .unwrap(),
+    );
+    made
 }
