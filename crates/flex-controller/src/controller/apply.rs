@@ -1,19 +1,25 @@
-//! The one place that owns how a write's answer is read: a 404 on a patch or delete means
-//! the object is gone (done, nothing to retry), a 409 on a create means it exists (adopted,
-//! never duplicated, or, for a PV, judged by the next plan from the cache). Every write
-//! carries its precondition where it could race (uid, resourceVersion); the reconcilers
-//! call these instead of reading status codes themselves.
+//! The one writer of the reconcilers (`Applier`): each effect a plan decided becomes one
+//! request, under its precondition where it could race (uid, resourceVersion). How its
+//! answer is read is decided here and only here: a 404 on a patch or delete means the
+//! object is gone (done, nothing to retry), a 409 on a create means it exists (adopted,
+//! never duplicated, or, for a PV, judged by the next plan from the cache). What it created
+//! is expected (`expected.rs`) until the caches show it.
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::{Client, Resource};
+use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::expected::Expected;
+use super::seen::Seen;
+use flex_core::names::{ANN_STORAGE_CLASS, Action};
+
 /// What a create found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Created {
+pub enum Created {
     New,
     /// It existed already (made by an earlier reconcile or run, or by someone else).
     Existed,
@@ -21,7 +27,7 @@ pub(super) enum Created {
 
 /// An object that is already gone needs no further write: 404 is success, not a failure
 /// to retry and warn about.
-pub(super) fn gone_is_done<T>(r: Result<T, kube::Error>) -> crate::Result<()> {
+fn gone_is_done<T>(r: Result<T, kube::Error>) -> crate::Result<()> {
     match r {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
@@ -30,7 +36,7 @@ pub(super) fn gone_is_done<T>(r: Result<T, kube::Error>) -> crate::Result<()> {
 }
 
 /// A create's answer: 409 means the object exists.
-pub(super) fn created<T>(r: Result<T, kube::Error>) -> crate::Result<Created> {
+fn created<T>(r: Result<T, kube::Error>) -> crate::Result<Created> {
     match r {
         Ok(_) => Ok(Created::New),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(Created::Existed),
@@ -38,76 +44,196 @@ pub(super) fn created<T>(r: Result<T, kube::Error>) -> crate::Result<Created> {
     }
 }
 
-/// Creates an object in its own namespace, adopting one that exists.
-pub(super) async fn create_or_adopt<K>(client: &Client, object: &K) -> crate::Result<Created>
-where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + Serialize
-        + DeserializeOwned
-        + std::fmt::Debug,
-{
-    let ns = object.meta().namespace.clone().unwrap_or_default();
-    created(
-        Api::<K>::namespaced(client.clone(), &ns)
-            .create(&PostParams::default(), object)
-            .await,
-    )
+/// Key under which a PV created for a claim is expected until the cache shows it.
+fn pv_key(claim_uid: &str) -> String {
+    format!("pv/{claim_uid}")
 }
 
-/// A merge patch; an object gone meanwhile is done with.
-pub(super) async fn patch<K>(
-    api: &Api<K>,
-    name: &str,
-    patch: &serde_json::Value,
-) -> crate::Result<()>
-where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
-{
-    gone_is_done(
-        api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
-            .await,
-    )
+pub struct Applier {
+    client: Client,
+    /// Objects created here that the caches may not show yet, and one turn per class.
+    pub expected: Expected,
+    /// Idempotent writes already made (a volume's record, its final patch), so a reconcile
+    /// on a cache that has not caught up yet does not send them again.
+    written: Seen,
 }
 
-/// Deletes the object only while it is the one decided on (its uid, and its
-/// resourceVersion when given); one gone meanwhile is done with.
-pub(super) async fn delete<K>(
-    api: &Api<K>,
-    name: &str,
-    uid: String,
-    resource_version: Option<String>,
-) -> crate::Result<()>
-where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
-{
-    let dp = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: Some(uid),
-            resource_version,
-        }),
-        ..DeleteParams::background()
-    };
-    gone_is_done(api.delete(name, &dp).await)
-}
+impl Applier {
+    pub fn new(client: Client) -> Self {
+        Applier {
+            client,
+            expected: Expected::default(),
+            written: Seen::default(),
+        }
+    }
 
-/// Marks a provisioning Job as having had its PV, so that plan::orphan never takes it for
-/// one whose claim was deleted before a PV was made: before the orphan path creates a PV
-/// from it, and before a volume of ours is let go with its storage kept. `false`: the Job
-/// is gone.
-pub(super) async fn mark_pv_created(
-    client: &Client,
-    namespace: &str,
-    job: &str,
-) -> crate::Result<bool> {
-    let mark = serde_json::json!({"metadata": {"annotations": {flex_core::names::ANN_PV_CREATED: "true"}}});
-    let answer = Api::<Job>::namespaced(client.clone(), namespace)
-        .patch(job, &PatchParams::default(), &Patch::Merge(&mark))
-        .await;
-    match answer {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
-        Err(e) => Err(e.into()),
+    /// Where PVs are written.
+    pub fn volumes(&self) -> Api<PersistentVolume> {
+        Api::all(self.client.clone())
+    }
+
+    /// Where the claims of `namespace` are written.
+    pub fn claims(&self, namespace: &str) -> Api<PersistentVolumeClaim> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    /// Creates an object in its own namespace, adopting one that exists.
+    pub async fn create_or_adopt<K>(&self, object: &K) -> crate::Result<Created>
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + Serialize
+            + DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let ns = object.meta().namespace.clone().unwrap_or_default();
+        created(
+            Api::<K>::namespaced(self.client.clone(), &ns)
+                .create(&PostParams::default(), object)
+                .await,
+        )
+    }
+
+    /// Creates an object once per run of the controller (`key` names the write): a
+    /// reconcile on a cache that has not caught up yet does not send it again.
+    pub async fn create_once<K>(&self, key: &str, object: &K) -> crate::Result<()>
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + Serialize
+            + DeserializeOwned
+            + std::fmt::Debug,
+    {
+        if !self.written.contains(key) {
+            self.create_or_adopt(object).await?;
+            self.written.insert(key);
+        }
+        Ok(())
+    }
+
+    /// Creates a Job (adopting one that exists) and expects it for `owner` (a claim's or
+    /// PV's uid) and, a provisioning Job, in its class's count of running Jobs.
+    pub async fn create_job(&self, job: &Job, owner: &str) -> crate::Result<Created> {
+        let answer = self.create_or_adopt(job).await?;
+        let name = job.name_any();
+        if Action::of(job.labels()) == Some(Action::Provision)
+            && let Some(class) = job.annotations().get(ANN_STORAGE_CLASS)
+        {
+            self.expected.record(class, &name);
+        }
+        let attempt = flex_core::job::attempt_of(job);
+        self.expected.record_for(owner, &name, attempt);
+        Ok(answer)
+    }
+
+    /// Creates a PV, expected until the cache shows it when it is made for a claim that
+    /// waits for it (`for_claim`: its uid). A conflict: it exists already (ours from an
+    /// earlier reconcile, or someone else's); the next plan, from the cache, judges what is
+    /// there.
+    pub async fn create_pv(
+        &self,
+        pv: &PersistentVolume,
+        for_claim: Option<&str>,
+    ) -> crate::Result<Created> {
+        let answer = created(self.volumes().create(&PostParams::default(), pv).await)?;
+        if let (Created::New, Some(uid)) = (answer, for_claim) {
+            self.expected.record_for(&pv_key(uid), &pv.name_any(), 0);
+        }
+        Ok(answer)
+    }
+
+    /// Whether the PV created here for claim `claim_uid` is not cached yet (`cached`: the
+    /// cache shows a PV of the claim's).
+    pub fn pv_unseen(&self, claim_uid: &str, cached: bool) -> bool {
+        let key = pv_key(claim_uid);
+        self.expected.unseen_for(&key, |_| cached).is_some()
+    }
+
+    /// A merge patch; an object gone meanwhile is done with. A precondition goes in the
+    /// patch itself (`metadata.resourceVersion`).
+    pub async fn patch<K>(
+        &self,
+        api: &Api<K>,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> crate::Result<()>
+    where
+        K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+    {
+        let (params, patch) = (PatchParams::default(), Patch::Merge(patch));
+        gone_is_done(api.patch(name, &params, &patch).await)
+    }
+
+    /// A merge patch sent once per run of the controller (`key` names the write); `true`
+    /// when it was sent now.
+    pub async fn patch_once<K>(
+        &self,
+        key: &str,
+        api: &Api<K>,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> crate::Result<bool>
+    where
+        K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+    {
+        if self.written.contains(key) {
+            return Ok(false);
+        }
+        self.patch(api, name, patch).await?;
+        self.written.insert(key);
+        Ok(true)
+    }
+
+    /// A merge patch of the status subresource; an object gone meanwhile is done with.
+    pub async fn patch_status<K>(
+        &self,
+        api: &Api<K>,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> crate::Result<()>
+    where
+        K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+    {
+        let (params, patch) = (PatchParams::default(), Patch::Merge(patch));
+        gone_is_done(api.patch_status(name, &params, &patch).await)
+    }
+
+    /// Deletes the object only while it is the one decided on (its uid, and its
+    /// resourceVersion when given); one gone meanwhile is done with.
+    pub async fn delete<K>(
+        &self,
+        api: &Api<K>,
+        name: &str,
+        uid: String,
+        resource_version: Option<String>,
+    ) -> crate::Result<()>
+    where
+        K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+    {
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid),
+                resource_version,
+            }),
+            ..DeleteParams::background()
+        };
+        gone_is_done(api.delete(name, &dp).await)
+    }
+
+    /// Marks a provisioning Job as having had its PV, so that plan::orphan never takes it
+    /// for one whose claim was deleted before a PV was made: before the orphan path creates
+    /// a PV from it, and before a volume of ours is let go with its storage kept. `false`:
+    /// the Job is gone.
+    pub async fn mark_pv_created(&self, namespace: &str, job: &str) -> crate::Result<bool> {
+        let mark = serde_json::json!({"metadata": {"annotations": {flex_core::names::ANN_PV_CREATED: "true"}}});
+        let answer = Api::<Job>::namespaced(self.client.clone(), namespace)
+            .patch(job, &PatchParams::default(), &Patch::Merge(&mark))
+            .await;
+        match answer {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 
@@ -175,15 +301,24 @@ mod tests {
             serve(&mut handle, status(500, "InternalError")).await;
         });
         assert_eq!(
-            create_or_adopt(&client, &record()).await.unwrap(),
+            Applier::new(client.clone())
+                .create_or_adopt(&record())
+                .await
+                .unwrap(),
             Created::New
         );
         assert_eq!(
-            create_or_adopt(&client, &record()).await.unwrap(),
+            Applier::new(client.clone())
+                .create_or_adopt(&record())
+                .await
+                .unwrap(),
             Created::Existed
         );
         assert!(
-            create_or_adopt(&client, &record()).await.is_err(),
+            Applier::new(client.clone())
+                .create_or_adopt(&record())
+                .await
+                .is_err(),
             "any other failure is one"
         );
         server.await.unwrap();
@@ -192,6 +327,7 @@ mod tests {
     #[tokio::test]
     async fn a_patch_or_delete_of_what_is_gone_is_done_and_a_delete_names_its_object() {
         let (client, mut handle) = client();
+        let apply = Applier::new(client);
         let server = tokio::spawn(async move {
             let (m, path, _) = serve(&mut handle, status(404, "NotFound")).await;
             assert_eq!(
@@ -207,18 +343,101 @@ mod tests {
             serve(&mut handle, status(409, "Conflict")).await;
         });
         assert!(
-            !mark_pv_created(&client, "ns", "j").await.unwrap(),
+            !apply.mark_pv_created("ns", "j").await.unwrap(),
             "the Job is gone"
         );
-        let pvs: Api<PersistentVolume> = Api::all(client.clone());
-        delete(&pvs, "pv", "u1".into(), Some("7".into()))
+        let pvs = apply.volumes();
+        apply
+            .delete(&pvs, "pv", "u1".into(), Some("7".into()))
             .await
             .unwrap();
-        let conflict = delete(&pvs, "pv", "u2".into(), None).await;
+        let conflict = apply.delete(&pvs, "pv", "u2".into(), None).await;
         assert!(
             conflict.is_err(),
             "a precondition that failed is not done: the next plan decides"
         );
+        server.await.unwrap();
+    }
+
+    fn provision_job() -> Job {
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "provision-c1", "namespace": "ns",
+            "labels": {"flex-provisioner.io/action": "provision", "flex-provisioner.io/attempt": "3"},
+            "annotations": {ANN_STORAGE_CLASS: "gold"}}}))
+        .unwrap()
+    }
+
+    /// What the applier created is expected until the cache shows it: a Job for its owner
+    /// and, a provisioning Job, in its class's count; a PV only when it was new.
+    #[tokio::test]
+    async fn what_is_created_is_expected_until_the_cache_shows_it() {
+        let (client, mut handle) = client();
+        let server = tokio::spawn(async move {
+            let (m, path, body) = serve(&mut handle, status(409, "AlreadyExists")).await;
+            assert_eq!(
+                (m, path.as_str()),
+                (Method::POST, "/apis/batch/v1/namespaces/ns/jobs")
+            );
+            assert_eq!(body["metadata"]["name"], "provision-c1");
+            let (_, path, _) = serve(&mut handle, status(409, "AlreadyExists")).await;
+            assert_eq!(path, "/api/v1/persistentvolumes");
+            serve(&mut handle, ok(serde_json::json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pvc-c2"}}))).await;
+        });
+        let apply = Applier::new(client);
+        let job = provision_job();
+        assert_eq!(
+            apply.create_job(&job, "c1").await.unwrap(),
+            Created::Existed,
+            "adopted"
+        );
+        assert_eq!(apply.expected.unseen_for("c1", |_| false), Some(3));
+        assert_eq!(apply.expected.unseen("gold", &Default::default()), 1);
+        let pv: PersistentVolume =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "pvc-c1"}})).unwrap();
+        assert_eq!(
+            apply.create_pv(&pv, Some("c1")).await.unwrap(),
+            Created::Existed
+        );
+        assert!(
+            !apply.pv_unseen("c1", false),
+            "someone else's: the cache judges it"
+        );
+        let pv: PersistentVolume =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "pvc-c2"}})).unwrap();
+        assert_eq!(
+            apply.create_pv(&pv, Some("c2")).await.unwrap(),
+            Created::New
+        );
+        assert!(apply.pv_unseen("c2", false));
+        assert!(!apply.pv_unseen("c2", true), "seen");
+        server.await.unwrap();
+    }
+
+    /// A write made once per run is not sent again; a status patch of a claim gone is done.
+    #[tokio::test]
+    async fn a_write_once_is_sent_once_and_a_status_patch_of_what_is_gone_is_done() {
+        let (client, mut handle) = client();
+        let server = tokio::spawn(async move {
+            let (m, path, _) = serve(&mut handle, ok(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "r"}}))).await;
+            assert_eq!(
+                (m, path.as_str()),
+                (Method::POST, "/api/v1/namespaces/ns/configmaps")
+            );
+            let (m, path, body) = serve(&mut handle, status(404, "NotFound")).await;
+            assert_eq!(
+                (m, path.as_str()),
+                (
+                    Method::PATCH,
+                    "/api/v1/namespaces/a/persistentvolumeclaims/data/status"
+                )
+            );
+            assert_eq!(body["status"]["phase"], "Bound");
+        });
+        let apply = Applier::new(client);
+        apply.create_once("record/r", &record()).await.unwrap();
+        apply.create_once("record/r", &record()).await.unwrap();
+        let patch = serde_json::json!({"status": {"phase": "Bound"}});
+        let claims = apply.claims("a");
+        apply.patch_status(&claims, "data", &patch).await.unwrap();
         server.await.unwrap();
     }
 }

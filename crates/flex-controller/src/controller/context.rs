@@ -6,8 +6,8 @@ use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
 use super::Options;
+use super::apply::Applier;
 pub use super::caches::Caches;
-use super::concurrency::Starts;
 use super::configs::Configs;
 use super::readiness::{Readiness, synced};
 use super::retry::{Failures, Retry, retry_for};
@@ -28,13 +28,11 @@ pub struct Context {
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
     /// Open once every store has had its first full list.
     pub readiness: Readiness,
-    /// Jobs created but maybe not cached yet, and one turn per class (`max-concurrent`).
-    pub starts: Starts,
+    /// The one writer: every write of the reconcilers, and what it created that the caches
+    /// do not show yet.
+    pub apply: Applier,
     /// Consecutive reconcile failures per object, for the backoff.
     pub failures: Failures,
-    /// Idempotent writes already made (a volume's record, its final patch), so a reconcile
-    /// on a cache that has not caught up yet does not send them again.
-    pub written: Seen,
     recorder: Recorder,
     said: Seen,
 }
@@ -50,6 +48,7 @@ impl Context {
             controller: "flex-provisioner".into(),
             instance: Some(opts.instance.clone()),
         };
+        let recorder_client = client.clone();
         Context {
             recorder: Recorder::new(client.clone(), reporter),
             client,
@@ -57,10 +56,9 @@ impl Context {
             caches,
             configs: Configs::default(),
             readiness: Readiness::default(),
-            starts: Starts::default(),
+            apply: Applier::new(recorder_client.clone()),
             failures: Failures::default(),
             metrics,
-            written: Seen::default(),
             said: Seen::default(),
         }
     }

@@ -2,12 +2,10 @@
 //! (the record from the API server, only when a Job is due), plan, carry out the step.
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
-use super::apply::create_or_adopt;
 use super::context::{Context, action_is};
 use flex_core::names;
 use flex_core::plan::expand::{ExpandInputs, ExpandStep, plan_expand};
@@ -71,23 +69,18 @@ pub(super) async fn reconcile_expansion(
         .to_owned();
     ctx.tell(&claim.object_ref(&()), &class, &plan.notices)
         .await;
-    let claims: Api<PersistentVolumeClaim> =
-        Api::namespaced(ctx.client.clone(), &claim.namespace().unwrap_or_default());
-    let status = |patch| async move {
-        claims
-            .patch_status(
-                &claim.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
+    let apply = &ctx.apply;
+    let claims = apply.claims(&claim.namespace().unwrap_or_default());
+    let status = |patch| {
+        let claims = &claims;
+        async move { apply.patch_status(claims, &claim.name_any(), &patch).await }
     };
     Ok(match plan.step {
         ExpandStep::Ignore | ExpandStep::Blocked | ExpandStep::ReadRecord => Action::await_change(),
         ExpandStep::Wait(d) => Action::requeue(d),
         ExpandStep::Start { job, status: s } => {
             status(s).await?;
-            create_or_adopt(&ctx.client, job.as_ref()).await?;
+            apply.create_or_adopt(job.as_ref()).await?;
             Action::await_change()
         }
         ExpandStep::Finish {
@@ -95,9 +88,7 @@ pub(super) async fn reconcile_expansion(
             status: s,
         } => {
             if let Some(p) = pv_patch {
-                Api::<PersistentVolume>::all(ctx.client.clone())
-                    .patch(&volume_name, &PatchParams::default(), &Patch::Merge(&p))
-                    .await?;
+                apply.patch(&apply.volumes(), &volume_name, &p).await?;
             }
             status(s).await?;
             Action::await_change()

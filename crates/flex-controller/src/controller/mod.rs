@@ -6,10 +6,10 @@
 mod apply;
 mod caches;
 mod compact;
-mod concurrency;
 mod configs;
 mod context;
 mod expansion;
+mod expected;
 mod fan_out;
 mod index;
 mod orphans;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
@@ -132,16 +132,12 @@ async fn look_into(
         OrphanStep::CreatePv(pv) => {
             let ns = job.namespace().unwrap_or_default();
             // A Job gone meanwhile leaves nothing to create a volume for.
-            if !super::apply::mark_pv_created(&ctx.client, &ns, &job.name_any()).await? {
+            if !ctx.apply.mark_pv_created(&ns, &job.name_any()).await? {
                 return Ok(None);
             }
             tracing::info!(job = %job.name_any(), volume = %volume, "the claim was deleted while its Job ran; its volume is created to be deprovisioned");
             // One that exists already is judged by the volume controller.
-            super::apply::created(
-                Api::<PersistentVolume>::all(ctx.client.clone())
-                    .create(&PostParams::default(), &pv)
-                    .await,
-            )?;
+            ctx.apply.create_pv(&pv, None).await?;
             Ok(None)
         }
     }

@@ -11,7 +11,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::apply::{self, Created, create_or_adopt};
+use super::apply::Created;
 use super::caches::{by_claim, by_class};
 use super::configs::Resolved;
 use super::context::Context;
@@ -116,14 +116,11 @@ async fn gather(
         return Ok(Err(Action::requeue(Duration::from_secs(2))));
     }
     let created_attempt = ctx
-        .starts
+        .apply
+        .expected
         .unseen_for(&uid, |name| jobs.iter().any(|j| j.name_any() == name));
     // The PV created here a moment ago, not cached yet: its event brings the claim back.
-    if ctx
-        .starts
-        .unseen_for(&pv_key(&uid), |_| pv.is_some())
-        .is_some()
-    {
+    if ctx.apply.pv_unseen(&uid, pv.is_some()) {
         return Ok(Err(Action::requeue(Duration::from_secs(5))));
     }
     let limited = match &resolved {
@@ -131,7 +128,7 @@ async fn gather(
         Resolved::Unusable(_) => false,
     };
     let _turn = match limited {
-        true => Some(ctx.starts.turn(&class).await),
+        true => Some(ctx.apply.expected.turn(&class).await),
         false => None,
     };
     let active_jobs_of_class = match limited {
@@ -152,11 +149,6 @@ async fn gather(
         active_jobs_of_class,
         _turn,
     }))
-}
-
-/// Key under which a PV created here is remembered until the cache shows it.
-fn pv_key(uid: &str) -> String {
-    format!("pv/{uid}")
 }
 
 /// The cache holds a bounded record of each claim (see `caches::trim_claim`); a claim of
@@ -250,7 +242,7 @@ fn active_jobs_of_class(ctx: &Context, class: &str) -> usize {
         .iter()
         .filter(|j| outcome(j, &[]) == JobOutcome::Running)
         .count()
-        + ctx.starts.unseen(class, &cached)
+        + ctx.apply.expected.unseen(class, &cached)
 }
 
 /// The plan; when it asks for more (what an attempt is made from, or whether the PV
@@ -377,8 +369,10 @@ async fn apply(
             super::expansion::reconcile_expansion(&g.claim, ctx).await?
         }
         Step::RemoveWrongPv { uid: pv_uid } => {
-            let pvs: Api<PersistentVolume> = Api::all(ctx.client.clone());
-            apply::delete(&pvs, &pv_name(&g.uid), pv_uid, None).await?;
+            let pvs = ctx.apply.volumes();
+            ctx.apply
+                .delete(&pvs, &pv_name(&g.uid), pv_uid, None)
+                .await?;
             Action::requeue(Duration::from_secs(1))
         }
         Step::CreateJob { attempt, job } => start(g, ctx, attempt, &job).await?,
@@ -389,14 +383,8 @@ async fn apply(
 /// an earlier reconcile, or someone else's); either way the next plan, from the cache,
 /// judges what is there.
 async fn create_pv(g: &Gathered, ctx: &Context, pv: &PersistentVolume) -> crate::Result<Action> {
-    let made = Api::<PersistentVolume>::all(ctx.client.clone())
-        .create(&kube::api::PostParams::default(), pv)
-        .await;
-    Ok(match apply::created(made)? {
-        Created::New => {
-            ctx.starts.record_for(&pv_key(&g.uid), &pv.name_any(), 0);
-            Action::await_change()
-        }
+    Ok(match ctx.apply.create_pv(pv, Some(&g.uid)).await? {
+        Created::New => Action::await_change(),
         Created::Existed => Action::requeue(Duration::from_secs(1)),
     })
 }
@@ -408,11 +396,10 @@ async fn annotate_claim(
     ctx: &Context,
     annotations: serde_json::Value,
 ) -> crate::Result<()> {
-    let claims: Api<PersistentVolumeClaim> =
-        Api::namespaced(ctx.client.clone(), &g.claim.namespace().unwrap_or_default());
+    let claims = ctx.apply.claims(&g.claim.namespace().unwrap_or_default());
     let patch = json!({"metadata": {"annotations": annotations,
                                     "resourceVersion": g.claim.resource_version()}});
-    apply::patch(&claims, &g.claim.name_any(), &patch).await
+    ctx.apply.patch(&claims, &g.claim.name_any(), &patch).await
 }
 
 /// A verified volume's record and PV bookkeeping. The record first: a volume with our
@@ -425,14 +412,11 @@ async fn bookkeeping(
 ) -> crate::Result<()> {
     if let Some(record) = record {
         let key = format!("record/{}", record.name_any());
-        if !ctx.written.contains(&key) {
-            create_or_adopt(&ctx.client, record.as_ref()).await?;
-            ctx.written.insert(&key);
-        }
+        ctx.apply.create_once(&key, record.as_ref()).await?;
     }
     if let Some(patch) = patch {
-        let pvs: Api<PersistentVolume> = Api::all(ctx.client.clone());
-        apply::patch(&pvs, &pv_name(&g.uid), &patch).await?;
+        let pvs = ctx.apply.volumes();
+        ctx.apply.patch(&pvs, &pv_name(&g.uid), &patch).await?;
     }
     Ok(())
 }
@@ -442,9 +426,7 @@ async fn bookkeeping(
 async fn start(g: &Gathered, ctx: &Context, attempt: u32, job: &Job) -> crate::Result<Action> {
     let ns = job.namespace().unwrap_or_default();
     let job_name = job.name_any();
-    create_or_adopt(&ctx.client, job).await?;
-    ctx.starts.record(&g.class, &job_name);
-    ctx.starts.record_for(&g.uid, &job_name, attempt);
+    ctx.apply.create_job(job, &g.uid).await?;
     let (uid, claim_ns, claim_name) = (&g.uid, g.claim.namespace(), g.claim.name_any());
     let claim_ns = claim_ns.unwrap_or_default();
     let notice = Notice::normal(

@@ -11,7 +11,6 @@ use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
-use super::apply::{self, create_or_adopt};
 use super::caches::{by_claim, by_source, by_volume};
 use super::context::{Context, action_is};
 use flex_core::job::{JobOutcome, outcome};
@@ -81,7 +80,8 @@ pub async fn reconcile_volume(
     let g = gather(pv, &ctx);
     // A deprovision Job created a moment ago that the watch has not delivered yet.
     if ctx
-        .starts
+        .apply
+        .expected
         .unseen_for(&g.pv_uid, |job| g.jobs().any(|j| j.name_any() == job))
         .is_some()
     {
@@ -275,7 +275,7 @@ async fn named_by(g: &Gathered, ctx: &Context, record: Option<&ConfigMap>) -> cr
 
 /// Carries out the plan's one effect.
 async fn apply(g: &Gathered, ctx: &Context, step: VolumeStep) -> crate::Result<Action> {
-    let pvs: Api<PersistentVolume> = Api::all(ctx.client.clone());
+    let (apply, pvs) = (&ctx.apply, ctx.apply.volumes());
     Ok(match step {
         VolumeStep::Ignore => Action::await_change(),
         // Only returned before the API server was asked, and it was asked in `decide`.
@@ -284,43 +284,38 @@ async fn apply(g: &Gathered, ctx: &Context, step: VolumeStep) -> crate::Result<A
         }
         VolumeStep::Wait(wait) => Action::requeue(wait),
         VolumeStep::Patch(patch) => {
-            apply::patch(&pvs, &g.name, &patch).await?;
+            apply.patch(&pvs, &g.name, &patch).await?;
             Action::await_change()
         }
         VolumeStep::KeepStorage { patch, mark_jobs } => {
             for (ns, job) in &mark_jobs {
-                apply::mark_pv_created(&ctx.client, ns, job).await?;
+                apply.mark_pv_created(ns, job).await?;
             }
-            apply::patch(&pvs, &g.name, &patch).await?;
+            apply.patch(&pvs, &g.name, &patch).await?;
             Action::await_change()
         }
         VolumeStep::Delete {
             uid,
             resource_version,
         } => {
-            apply::delete(&pvs, &g.name, uid, resource_version).await?;
+            apply.delete(&pvs, &g.name, uid, resource_version).await?;
             Action::await_change()
         }
         VolumeStep::Finish(patch) => {
             // Done already; the cache has not caught up.
+            // Marked and released in one write: a restart after it never runs the Job again.
             let key = format!("finished/{}", g.pv_uid);
-            if !ctx.written.contains(&key) {
-                // Marked and released in one write: a restart after it never runs the Job
-                // again.
-                apply::patch(&pvs, &g.name, &patch).await?;
-                ctx.written.insert(&key);
+            if apply.patch_once(&key, &pvs, &g.name, &patch).await? {
                 finished(g, ctx);
             }
             Action::await_change()
         }
         VolumeStep::WriteRecord(record) => {
-            create_or_adopt(&ctx.client, record.as_ref()).await?;
+            apply.create_or_adopt(record.as_ref()).await?;
             Action::requeue(Duration::from_millis(100))
         }
         VolumeStep::CreateJob(job) => {
-            create_or_adopt(&ctx.client, job.as_ref()).await?;
-            let attempt = flex_core::job::attempt_of(&job);
-            ctx.starts.record_for(&g.pv_uid, &job.name_any(), attempt);
+            apply.create_job(&job, &g.pv_uid).await?;
             Action::requeue(flex_core::plan::volume::RUNNING_RECHECK)
         }
     })

@@ -1,9 +1,9 @@
-//! Jobs created but not cached yet. `max-concurrent` made strict: the Job cache does not yet
-//! hold the Jobs just created, so counting only what it shows lets a burst start far more.
-//! Jobs this controller created are remembered until the cache shows them, and counting and
-//! creating are one step per class. The same memory keeps a claim or volume reconciled
-//! again before its new Job is cached from creating it a second time (a 409, but still a
-//! request).
+//! Objects created here that the caches do not show yet: the applier's expectations
+//! (`apply.rs` records them; gather reads them). Without them a claim or volume reconciled
+//! again before its new Job is cached would create it a second time (a 409, but still a
+//! request), and `max-concurrent`, counting only the Jobs the cache shows, would let a
+//! burst start far more: so counting a class's Jobs and creating the next one is also one
+//! turn per class.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -13,8 +13,11 @@ use std::time::{Duration, Instant};
 /// than this has failed and restarts with a fresh list anyway.
 const UNSEEN_FOR_AT_MOST: Duration = Duration::from_secs(120);
 
+/// How many owners' expectations are kept before the stale ones are looked for.
+const FORGET_STALE_ABOVE: usize = 4096;
+
 #[derive(Default)]
-pub struct Starts {
+pub struct Expected {
     /// Per class: Jobs created here that the cache may not show yet, with when.
     created: Mutex<HashMap<String, Vec<(String, Instant)>>>,
     /// Per class: held from counting the class's active Jobs to creating the next one.
@@ -23,7 +26,7 @@ pub struct Starts {
     latest: Mutex<HashMap<String, (String, u32, Instant)>>,
 }
 
-impl Starts {
+impl Expected {
     /// Waits for this class's turn to count and create; the turn ends when the guard drops.
     pub async fn turn(&self, class: &str) -> tokio::sync::OwnedMutexGuard<()> {
         let gate = self
@@ -48,10 +51,13 @@ impl Starts {
 
     /// Remembers the Job just created (or adopted) for an owner (a claim or PV uid).
     pub fn record_for(&self, owner: &str, job: &str, attempt: u32) {
-        self.latest
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(owner.to_owned(), (job.to_owned(), attempt, Instant::now()));
+        let mut latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
+        // An owner deleted before its Job was cached is never asked about again: what is
+        // stale goes once the map is large, so it never grows with such owners.
+        if latest.len() >= FORGET_STALE_ABOVE {
+            latest.retain(|_, (_, _, at)| at.elapsed() < UNSEEN_FOR_AT_MOST);
+        }
+        latest.insert(owner.to_owned(), (job.to_owned(), attempt, Instant::now()));
     }
 
     /// The attempt of the owner's last created Job while the cache does not show it
@@ -90,7 +96,7 @@ mod tests {
 
     #[test]
     fn created_jobs_count_until_the_cache_shows_them() {
-        let s = Starts::default();
+        let s = Expected::default();
         s.record("gold", "provision-a");
         s.record("gold", "provision-b");
         s.record("silver", "provision-c");
@@ -103,7 +109,7 @@ mod tests {
 
     #[test]
     fn an_owners_job_counts_until_the_cache_shows_it() {
-        let s = Starts::default();
+        let s = Expected::default();
         assert_eq!(s.unseen_for("claim-1", |_| false), None);
         s.record_for("claim-1", "provision-1-2", 2);
         assert_eq!(s.unseen_for("claim-1", |_| false), Some(2));
@@ -118,7 +124,7 @@ mod tests {
 
     #[tokio::test]
     async fn one_turn_per_class_at_a_time() {
-        let s = Arc::new(Starts::default());
+        let s = Arc::new(Expected::default());
         let gold = s.turn("gold").await;
         // Another class is not held up.
         let _silver = s.turn("silver").await;
