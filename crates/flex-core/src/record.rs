@@ -181,7 +181,35 @@ pub fn record_claim(cm: &ConfigMap) -> Option<(String, String)> {
     Some((ns.to_owned(), name.to_owned()))
 }
 
-pub fn read_record(cm: &ConfigMap, pv: &PersistentVolume) -> Result<Record, String> {
+/// Why a volume's record cannot be used; `Display` is the text told on the PV or claim.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    #[error("it has no deprovision record of ours ({0}) in the config namespaces")]
+    Missing(String),
+    #[error("its deprovision record {record} does not belong to this PV (name {name}, uid {uid})")]
+    NotThisPv {
+        record: String,
+        name: String,
+        uid: String,
+    },
+    #[error("its deprovision record has no recipe")]
+    NoRecipe,
+    #[error("its deprovision record is not valid: {0}")]
+    InvalidRecipe(String),
+    #[error("its expansion recipe is not valid: {0}")]
+    InvalidExpand(String),
+    #[error("its record holds no expansion recipe")]
+    NoExpandRecipe,
+}
+
+impl RecordError {
+    /// The record of `pv` was looked for and not found.
+    pub fn missing(pv: &PersistentVolume) -> Self {
+        RecordError::Missing(record_name(pv.metadata.uid.as_deref().unwrap_or_default()))
+    }
+}
+
+pub fn read_record(cm: &ConfigMap, pv: &PersistentVolume) -> Result<Record, RecordError> {
     let labelled = cm
         .metadata
         .labels
@@ -196,17 +224,17 @@ pub fn read_record(cm: &ConfigMap, pv: &PersistentVolume) -> Result<Record, Stri
         || data.get(KEY_PV_UID).map(String::as_str) != Some(uid)
         || data.get(KEY_PV_NAME).map(String::as_str) != Some(name)
     {
-        return Err(format!(
-            "its deprovision record {} does not belong to this PV (name {name}, uid {uid})",
-            cm.metadata.name.as_deref().unwrap_or_default()
-        ));
+        return Err(RecordError::NotThisPv {
+            record: cm.metadata.name.clone().unwrap_or_default(),
+            name: name.to_owned(),
+            uid: uid.to_owned(),
+        });
     }
     let recipe = data
         .get(KEY_RECIPE)
-        .ok_or("its deprovision record has no recipe")
-        .map_err(str::to_owned)
+        .ok_or(RecordError::NoRecipe)
         .and_then(|r| {
-            serde_json::from_str(r).map_err(|e| format!("its deprovision record is not valid: {e}"))
+            serde_json::from_str(r).map_err(|e| RecordError::InvalidRecipe(e.to_string()))
         })?;
     let parameters = data
         .get(KEY_PARAMETERS)
@@ -214,9 +242,7 @@ pub fn read_record(cm: &ConfigMap, pv: &PersistentVolume) -> Result<Record, Stri
         .unwrap_or_default();
     let expand = data
         .get(KEY_EXPAND)
-        .map(|r| {
-            serde_json::from_str(r).map_err(|e| format!("its expansion recipe is not valid: {e}"))
-        })
+        .map(|r| serde_json::from_str(r).map_err(|e| RecordError::InvalidExpand(e.to_string())))
         .transpose()?;
     Ok(Record {
         recipe,
@@ -253,7 +279,7 @@ mod tests {
         let r = read_record(&cm, &pv("u-1")).unwrap();
         assert_eq!(r.recipe.image, "img:1");
         assert_eq!(r.parameters["dir"], "/v/a");
-        let decoy = read_record(&cm, &pv("u-2")).unwrap_err();
+        let decoy = read_record(&cm, &pv("u-2")).unwrap_err().to_string();
         assert!(decoy.contains("does not belong"), "{decoy}");
         // A PV made by a provisioning Job whose claim is gone: the record comes from the
         // recipe in the Job, only for the PV its template names, made after the Job.

@@ -105,16 +105,18 @@ pub fn provisioned_by(pv: &PersistentVolume, provisioner_name: &str) -> bool {
 pub fn pv_with_source(
     template: &PersistentVolume,
     source: &serde_json::Map<String, serde_json::Value>,
-) -> Result<PersistentVolume, String> {
-    let mut pv = serde_json::to_value(template).map_err(|e| e.to_string())?;
-    let spec = pv
+) -> Result<PersistentVolume, crate::config::ReportError> {
+    let invalid = |e: serde_json::Error| crate::config::ReportError::NotAPv(e.to_string());
+    let mut pv = serde_json::to_value(template).map_err(invalid)?;
+    if let Some(spec) = pv
         .get_mut("spec")
         .and_then(serde_json::Value::as_object_mut)
-        .ok_or("the PV template has no spec")?;
-    for (k, v) in source {
-        spec.insert(k.clone(), v.clone());
+    {
+        for (k, v) in source {
+            spec.insert(k.clone(), v.clone());
+        }
     }
-    serde_json::from_value(pv).map_err(|e| format!("its report does not make a valid PV: {e}"))
+    serde_json::from_value(pv).map_err(invalid)
 }
 
 /// What a PV is checked against besides its claim and template.

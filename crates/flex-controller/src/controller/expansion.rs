@@ -60,7 +60,7 @@ pub(super) async fn reconcile_expansion(
     if plan.step == ExpandStep::ReadRecord {
         let record = super::volumes::fetch_record(ctx, &pv)
             .await?
-            .ok_or_else(|| "its deprovision record is missing".to_owned())
+            .ok_or_else(|| flex_core::record::RecordError::missing(&pv))
             .and_then(|cm| read_record(&cm, &pv));
         plan = plan_with(Some(&pv), Some(record));
     }

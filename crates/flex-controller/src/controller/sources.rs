@@ -105,7 +105,7 @@ async fn clone_source(
         ));
     }
     let record = match super::volumes::fetch_record(ctx, &pv).await? {
-        Some(cm) => read_record(&cm, &pv),
+        Some(cm) => read_record(&cm, &pv).map_err(|e| e.to_string()),
         None => Err(format!("the source volume {volume} has no record")),
     };
     Ok(match record {

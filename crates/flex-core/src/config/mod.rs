@@ -12,6 +12,7 @@ mod parse;
 pub mod pod_template;
 pub mod privilege;
 mod problem;
+mod report_error;
 pub mod sources;
 mod unsanitised;
 pub mod values;
@@ -30,6 +31,7 @@ pub use options::{
 };
 pub use parse::{Verdict, parse_config_map, parse_config_map_with};
 pub use problem::{ConfigErrors, Problem, Severity};
+pub use report_error::ReportError;
 pub use sources::PvCreator;
 
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);

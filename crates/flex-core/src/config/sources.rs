@@ -1,6 +1,7 @@
 //! Who makes the PV (`pv-creator`) and which volume source types a class may hand out
 //! (`volume-sources`).
 
+use super::ReportError;
 use std::collections::BTreeSet;
 
 use super::allowed::AllowedVolumes;
@@ -177,17 +178,14 @@ pub fn check_report(
     report: &str,
     allowed: &BTreeSet<String>,
     declared: &AllowedVolumes,
-) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+) -> Result<serde_json::Map<String, serde_json::Value>, ReportError> {
     if report.trim().is_empty() {
-        return Err("it reported no volume source (its termination message is empty): with pv-creator controller the image must write one, e.g. with flex-provisioner volume create --source".into());
+        return Err(ReportError::Empty);
     }
-    let value: serde_json::Value = serde_json::from_str(report.trim()).map_err(|e| {
-        format!(
-            "its report is not JSON ({e}): it must be one volume source such as {{\"nfs\":{{\"server\":\"…\",\"path\":\"…\"}}}}, written to the termination log on exit 0 (flex-provisioner volume create --source does it)"
-        )
-    })?;
+    let value: serde_json::Value =
+        serde_json::from_str(report.trim()).map_err(|e| ReportError::NotJson(e.to_string()))?;
     let serde_json::Value::Object(map) = value else {
-        return Err("its report is not a JSON object: it must be one volume source such as {\"nfs\":{\"server\":\"…\",\"path\":\"…\"}}".into());
+        return Err(ReportError::NotAnObject);
     };
     // Before the count: `{"nfs": ..., "nodeAffinity": ...}` is an attempt to set what the
     // controller owns, and says so, rather than merely "two keys".
@@ -197,33 +195,27 @@ pub fn check_report(
         .filter(|k| NOT_FROM_A_REPORT.contains(k))
         .collect();
     if !owned.is_empty() {
-        return Err(format!(
-            "its report carries {}, which a report may not set: the PV's node affinity, capacity, access modes, reclaim policy, mount options, volume mode, claim and class come from the claim and the class, never from the image; a report holds only the volume source, such as {{\"nfs\":{{\"server\":\"…\",\"path\":\"…\"}}}}",
-            owned.join(", ")
-        ));
+        return Err(ReportError::SetsWhatTheControllerOwns(owned.join(", ")));
     }
     if map.len() != 1 {
         let keys: Vec<&str> = map.keys().map(String::as_str).collect();
-        return Err(format!(
-            "its report holds {} keys ({}), and must hold exactly one volume source",
-            map.len(),
-            keys.join(", ")
-        ));
+        return Err(ReportError::NotOneSource {
+            count: map.len(),
+            keys: keys.join(", "),
+        });
     }
     let (kind, body) = map.iter().next().expect("one entry");
     if !PV_SOURCE_TYPES.contains(&kind.as_str()) {
-        return Err(format!(
-            "its report names `{kind}`, which is not a PersistentVolume source type"
-        ));
+        return Err(ReportError::NotASourceType(kind.clone()));
     }
     if !allowed.contains(kind) {
-        return Err(format!(
-            "its report is a `{kind}` volume, which this class does not allow (volume-sources: {}); an admin adds `{kind}` to volume-sources if the image is meant to hand those out",
-            allowed.iter().cloned().collect::<Vec<_>>().join(",")
-        ));
+        return Err(ReportError::TypeNotAllowed {
+            kind: kind.clone(),
+            allowed: allowed.iter().cloned().collect::<Vec<_>>().join(","),
+        });
     }
     let Some(body) = body.as_object() else {
-        return Err(format!("its report's `{kind}` is not a JSON object"));
+        return Err(ReportError::BodyNotAnObject(kind.clone()));
     };
     declared.check_source(kind, body)?;
     Ok(map)
@@ -283,7 +275,7 @@ mod tests {
         let mut declared = AllowedVolumes::none("cfg");
         declared.read("allowed-nfs-servers", "a").unwrap();
         declared.read("allowed-nfs-paths", "/x").unwrap();
-        let check = |r: &str| check_report(r, &nfs, &declared);
+        let check = |r: &str| check_report(r, &nfs, &declared).map_err(|e| e.to_string());
         assert!(check(r#"{"nfs":{"server":"a","path":"/x/v"}}"#).is_ok());
         assert!(
             check(r#"{"nfs":{"server":"a"},"hostPath":{"path":"/"}}"#)
@@ -333,7 +325,9 @@ mod tests {
                 format!(r#"{{{source},"{field}":{{}}}}"#),
                 format!(r#"{{"{field}":{{}}}}"#),
             ] {
-                let e = check_report(&report, &nfs, &declared).unwrap_err();
+                let e = check_report(&report, &nfs, &declared)
+                    .unwrap_err()
+                    .to_string();
                 assert!(
                     e.starts_with(&format!(
                         "its report carries {field}, which a report may not set"
@@ -347,7 +341,8 @@ mod tests {
             &nfs,
             &declared,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("carries capacity, nodeAffinity,"), "{e}");
         assert!(e.contains("never from the image"), "{e}");
         // A whole PV is refused the same way.
@@ -356,7 +351,8 @@ mod tests {
             &nfs,
             &declared,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("carries apiVersion, kind, spec"), "{e}");
     }
 }

@@ -39,7 +39,7 @@ pub struct ExpandInputs<'a> {
     pub jobs: Vec<&'a Job>,
     pub pods: Vec<&'a Pod>,
     /// The volume's record, once read from the API server (`None`: not read yet).
-    pub record: Option<Result<Record, String>>,
+    pub record: Option<Result<Record, crate::record::RecordError>>,
     pub retry_base: Duration,
     pub ttl_seconds: i32,
     pub now: jiff::Timestamp,
@@ -345,7 +345,7 @@ fn start(
         Some(Err(why)) => Err(why.clone()),
         Some(Ok(r)) => match r.expand.clone() {
             Some(recipe) => Ok((r, recipe)),
-            None => Err("its record holds no expansion recipe".to_owned()),
+            None => Err(crate::record::RecordError::NoExpandRecipe),
         },
     };
     let (record, recipe) = match record {

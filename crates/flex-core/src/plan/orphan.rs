@@ -92,8 +92,8 @@ pub fn plan_orphan(job: &Job, pods: &[&Pod], confirmed: Confirmed) -> OrphanStep
     let annotations = job.metadata.annotations.as_ref();
     let allowed = annotations
         .and_then(|a| a.get(ANN_VOLUME_SOURCES))
-        .map(|s| volume_sources(s))
-        .unwrap_or_else(|| Err("the Job names no volume sources".into()));
+        .ok_or(Unusable::NoVolumeSources)
+        .and_then(|s| volume_sources(s).map_err(Unusable::VolumeSources));
     // What the class declared when the Job was made; a Job without it (made before
     // declarations existed) declares nothing, so only types that need none are accepted.
     let namespace = job.metadata.namespace.as_deref().unwrap_or_default();
@@ -105,17 +105,31 @@ pub fn plan_orphan(job: &Job, pods: &[&Pod], confirmed: Confirmed) -> OrphanStep
                 secret_namespace: namespace.to_owned(),
                 ..d
             })
-            .map_err(|e| format!("the Job's annotation {ANN_ALLOWED_VOLUMES} is unreadable ({e})")),
+            .map_err(|e| Unusable::Declarations(e.to_string())),
     };
-    match allowed
-        .and_then(|allowed| check_report(&report, &allowed, &declared?))
-        .and_then(|source| pv_with_source(&template, &source))
-    {
+    let made = allowed.and_then(|allowed| {
+        let source = check_report(&report, &allowed, &declared?)?;
+        Ok(pv_with_source(&template, &source)?)
+    });
+    match made {
         Ok(pv) => OrphanStep::CreatePv(Box::new(pv)),
         Err(why) => OrphanStep::BadReport(format!(
             "its claim was deleted while it ran, and its storage cannot be cleaned up automatically: {why}; remove what the image made by hand"
         )),
     }
+}
+
+/// Why an orphaned Job's report makes no PV.
+#[derive(Debug, thiserror::Error)]
+enum Unusable {
+    #[error("the Job names no volume sources")]
+    NoVolumeSources,
+    #[error("{0}")]
+    VolumeSources(String),
+    #[error("the Job's annotation {ANN_ALLOWED_VOLUMES} is unreadable ({0})")]
+    Declarations(String),
+    #[error(transparent)]
+    Report(#[from] crate::config::ReportError),
 }
 
 #[cfg(test)]

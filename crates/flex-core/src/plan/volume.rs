@@ -360,10 +360,7 @@ fn deprovision(i: &VolumeInputs<'_>) -> VolumePlan {
     let pv_name = pv.metadata.name.clone().unwrap_or_default();
     let read = || match i.record {
         Some(cm) => read_record(cm, pv),
-        None => Err(format!(
-            "it has no deprovision record of ours ({}) in the config namespaces",
-            crate::record::record_name(pv.metadata.uid.as_deref().unwrap_or_default())
-        )),
+        None => Err(crate::record::RecordError::missing(pv)),
     };
     let from_job = || {
         i.provision_jobs

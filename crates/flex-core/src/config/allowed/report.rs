@@ -4,6 +4,7 @@
 
 use serde_json::{Map, Value};
 
+use super::super::ReportError;
 use super::{
     ALLOWED_CSI_DRIVERS, ALLOWED_MONITORS, ALLOWED_NFS_PATHS, ALLOWED_NFS_SERVERS, ALLOWED_PATHS,
     ALLOWED_PORTALS, AllowedVolumes, NEEDED, is_below, segments, what_key_lists,
@@ -29,11 +30,19 @@ fn as_shown(value: &str) -> String {
     }
 }
 
-fn text<'a>(kind: &str, body: &'a Map<String, Value>, field: &str) -> Result<&'a str, String> {
+fn wrong_type(kind: &str, field: &str, what: &'static str) -> ReportError {
+    let (kind, field) = (kind.to_owned(), field.to_owned());
+    ReportError::WrongType { kind, field, what }
+}
+
+fn text<'a>(kind: &str, body: &'a Map<String, Value>, field: &str) -> Result<&'a str, ReportError> {
     match body.get(field) {
         Some(Value::String(s)) => Ok(s),
-        None | Some(Value::Null) => Err(format!("it reported {kind} without {field}")),
-        Some(_) => Err(format!("it reported {kind} {field} that is not a string")),
+        None | Some(Value::Null) => Err(ReportError::Missing {
+            kind: kind.to_owned(),
+            field: field.to_owned(),
+        }),
+        Some(_) => Err(wrong_type(kind, field, "that is not a string")),
     }
 }
 
@@ -42,34 +51,35 @@ fn strings<'a>(
     kind: &str,
     body: &'a Map<String, Value>,
     field: &str,
-) -> Result<Vec<&'a str>, String> {
+) -> Result<Vec<&'a str>, ReportError> {
     match body.get(field) {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::Array(items)) => items
             .iter()
             .map(|v| {
                 v.as_str()
-                    .ok_or_else(|| format!("it reported {kind} {field} that are not strings"))
+                    .ok_or_else(|| wrong_type(kind, field, "that are not strings"))
             })
             .collect(),
-        Some(_) => Err(format!("it reported {kind} {field} that is not a list")),
+        Some(_) => Err(wrong_type(kind, field, "that is not a list")),
     }
 }
 
 impl AllowedVolumes {
     /// Checks the body of a reported `kind` source. Types without a declaration of their own
     /// are checked for secret references only.
-    pub fn check_source(&self, kind: &str, body: &Map<String, Value>) -> Result<(), String> {
+    pub fn check_source(&self, kind: &str, body: &Map<String, Value>) -> Result<(), ReportError> {
         let needed = NEEDED
             .iter()
             .find(|(t, _)| *t == kind)
             .map(|(_, keys)| *keys)
             .unwrap_or_default();
         if let Some(key) = needed.iter().find(|k| self.get(k).is_none()) {
-            return Err(format!(
-                "it reported a volume of type {kind}, and this class declares no {key}: an admin lists {} in {key}",
-                what_key_lists(key)
-            ));
+            return Err(ReportError::Undeclared {
+                kind: kind.to_owned(),
+                key,
+                lists: what_key_lists(key),
+            });
         }
         match kind {
             "hostPath" | "local" => self.below(kind, text(kind, body, "path")?, ALLOWED_PATHS)?,
@@ -97,7 +107,10 @@ impl AllowedVolumes {
             "rbd" | "cephfs" => {
                 let monitors = strings(kind, body, "monitors")?;
                 if monitors.is_empty() {
-                    return Err(format!("it reported {kind} without monitors"));
+                    return Err(ReportError::Missing {
+                        kind: kind.to_owned(),
+                        field: "monitors".to_owned(),
+                    });
                 }
                 for monitor in monitors {
                     self.listed(kind, "monitor", monitor, ALLOWED_MONITORS)?;
@@ -108,18 +121,26 @@ impl AllowedVolumes {
         self.secrets(kind, body)
     }
 
-    fn listed(&self, kind: &str, what: &str, value: &str, key: &str) -> Result<(), String> {
+    fn listed(
+        &self,
+        kind: &str,
+        what: &'static str,
+        value: &str,
+        key: &'static str,
+    ) -> Result<(), ReportError> {
         if self.get(key).is_some_and(|v| v.iter().any(|a| a == value)) {
             return Ok(());
         }
-        Err(format!(
-            "it reported {kind} {what} {}, which is not in {key} {}",
-            as_shown(value),
-            self.shown(key)
-        ))
+        Err(ReportError::NotListed {
+            kind: kind.to_owned(),
+            what,
+            shown: as_shown(value),
+            key,
+            allowed: self.shown(key),
+        })
     }
 
-    fn below(&self, kind: &str, path: &str, key: &str) -> Result<(), String> {
+    fn below(&self, kind: &str, path: &str, key: &'static str) -> Result<(), ReportError> {
         let prefixes = self.get(key).map(Vec::as_slice).unwrap_or_default();
         if prefixes.iter().any(|p| is_below(path, p)) {
             return Ok(());
@@ -131,11 +152,13 @@ impl AllowedVolumes {
         } else {
             ""
         };
-        Err(format!(
-            "it reported {kind} path {}, which is not below {key} {}{why}",
-            as_shown(path),
-            self.shown(key)
-        ))
+        Err(ReportError::NotBelow {
+            kind: kind.to_owned(),
+            shown: as_shown(path),
+            key,
+            allowed: self.shown(key),
+            why,
+        })
     }
 
     /// Secret references of any source (`secretRef`, csi's `*SecretRef`, azureFile's
@@ -143,49 +166,44 @@ impl AllowedVolumes {
     /// another tenant's namespace) is not the class's to hand out. A reference without a
     /// namespace is refused too, since Kubernetes would read it from a namespace the image
     /// did not name.
-    fn secrets(&self, kind: &str, body: &Map<String, Value>) -> Result<(), String> {
-        let rule = format!(
-            "a secret reference in a report must name the config namespace {}",
-            self.secret_namespace
-        );
+    fn secrets(&self, kind: &str, body: &Map<String, Value>) -> Result<(), ReportError> {
+        let elsewhere = |field: &str, namespace: Option<String>| ReportError::SecretElsewhere {
+            kind: kind.to_owned(),
+            field: field.to_owned(),
+            namespace,
+            config_namespace: self.secret_namespace.clone(),
+        };
         for (field, value) in body {
             let reference = field == "secretRef" || field.ends_with("SecretRef");
             let namespace = match (reference, kind, field.as_str(), value) {
                 (_, _, _, Value::Null) => continue,
                 (true, _, _, Value::Object(r)) => r.get("namespace"),
-                (true, _, _, _) => {
-                    return Err(format!("it reported {kind} {field} that is not an object"));
-                }
+                (true, _, _, _) => return Err(wrong_type(kind, field, "that is not an object")),
                 (false, "azureFile", "secretNamespace", v) => Some(v),
                 _ => continue,
             };
             match namespace {
                 Some(Value::String(ns)) if *ns == self.secret_namespace => {}
                 Some(Value::String(ns)) if !ns.is_empty() => {
-                    return Err(format!(
-                        "it reported {kind} {field} in namespace {}; {rule}",
-                        as_shown(ns)
-                    ));
+                    return Err(elsewhere(field, Some(as_shown(ns))));
                 }
-                _ => {
-                    return Err(format!(
-                        "it reported {kind} {field} without a namespace; {rule}"
-                    ));
-                }
+                _ => return Err(elsewhere(field, None)),
             }
         }
         if kind == "azureFile" && body.get("secretNamespace").is_none_or(Value::is_null) {
-            return Err(format!(
-                "it reported {kind} without secretNamespace; {rule}"
-            ));
+            return Err(ReportError::AzureWithoutSecretNamespace {
+                config_namespace: self.secret_namespace.clone(),
+            });
         }
         for (_, field) in NODE_CREDENTIAL_FILES.iter().filter(|(t, _)| *t == kind) {
             if let Some(v) = body.get(*field).filter(|v| !v.is_null()) {
                 let file = v.as_str().map(as_shown).unwrap_or_else(|| v.to_string());
-                return Err(format!(
-                    "it reported {kind} {field} {file}, a credential file on the node, which a report may not name: use secretRef, with a Secret in the config namespace {}",
-                    self.secret_namespace
-                ));
+                return Err(ReportError::NodeCredentialFile {
+                    kind: kind.to_owned(),
+                    field: (*field).to_owned(),
+                    file,
+                    config_namespace: self.secret_namespace.clone(),
+                });
             }
         }
         Ok(())

@@ -39,7 +39,9 @@ fn full() -> AllowedVolumes {
 }
 
 fn check(allowed: &AllowedVolumes, report: serde_json::Value) -> Result<(), String> {
-    check_report(&report.to_string(), &all_types(), allowed).map(|_| ())
+    check_report(&report.to_string(), &all_types(), allowed)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 fn refused(allowed: &AllowedVolumes, report: serde_json::Value, says: &str) {

@@ -51,7 +51,7 @@ fn inputs<'a>(
     claim: &'a PersistentVolumeClaim,
     pv: &'a PersistentVolume,
     jobs: Vec<&'a Job>,
-    record: Option<Result<Record, String>>,
+    record: Option<Result<Record, crate::record::RecordError>>,
 ) -> ExpandInputs<'a> {
     ExpandInputs {
         claim,
