@@ -18,8 +18,16 @@ pub mod throttle;
 pub enum Error {
     #[error(transparent)]
     Core(#[from] flex_core::Error),
-    #[error("Kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
+    /// A check before anything starts: the controller may not list what it watches.
+    #[error("checking {what} before starting: Kubernetes API: {source}")]
+    Preflight { what: String, source: kube::Error },
+    /// Reading from the API server what a plan is made from (a claim cut short, a record,
+    /// whether a PV or claim exists).
+    #[error("reading {what}: Kubernetes API: {source}")]
+    Read { what: String, source: kube::Error },
+    /// Carrying out a write a plan decided on.
+    #[error("{what}: Kubernetes API: {source}")]
+    Write { what: String, source: kube::Error },
     #[error("leadership was lost; stopping so that only the new leader acts")]
     LeadershipLost,
     #[error("cannot start the thread that renews the leader Lease: {0}")]
@@ -39,11 +47,40 @@ impl Error {
     pub fn category(&self) -> &'static str {
         match self {
             Error::Core(e) => e.category(),
-            Error::Kube(_) => "api",
+            Error::Preflight { .. } => "preflight",
+            Error::Read { .. } => "read",
+            Error::Write { .. } => "write",
             Error::LeadershipLost
             | Error::LeaseThread(_)
             | Error::LeaseNamespaceMissing { .. }
             | Error::LeaseForbidden { .. } => "leader",
+        }
+    }
+}
+
+impl Error {
+    /// Context for a failed read of `what`.
+    pub fn read(what: impl std::fmt::Display) -> impl FnOnce(kube::Error) -> Error {
+        let what = what.to_string();
+        move |source| Error::Read { what, source }
+    }
+
+    /// Context for a failed write (`what`: e.g. "creating Job ns/name").
+    pub fn write(what: impl std::fmt::Display) -> impl FnOnce(kube::Error) -> Error {
+        let what = what.to_string();
+        move |source| Error::Write { what, source }
+    }
+
+    /// The API server's status code, when it answered with one.
+    pub fn status_code(&self) -> Option<u16> {
+        match self {
+            Error::Preflight { source, .. }
+            | Error::Read { source, .. }
+            | Error::Write { source, .. } => match source {
+                kube::Error::Api(s) => Some(s.code),
+                _ => None,
+            },
+            _ => None,
         }
     }
 }
@@ -55,3 +92,40 @@ impl From<flex_core::claim::ClaimError> for Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn forbidden() -> kube::Error {
+        kube::Error::Api(
+            serde_json::from_value(serde_json::json!({
+                "status": "Failure", "message": "jobs is forbidden", "reason": "Forbidden", "code": 403
+            }))
+            .unwrap(),
+        )
+    }
+
+    /// The metric's label comes from the stage that failed, the message says what it was
+    /// doing, and the retry policy still sees the API server's answer.
+    #[test]
+    fn an_error_names_its_stage_and_what_it_was_doing() {
+        let write = Error::write("creating Job ns/provision-1")(forbidden());
+        assert_eq!(write.category(), "write");
+        assert!(
+            write
+                .to_string()
+                .starts_with("creating Job ns/provision-1: Kubernetes API: "),
+            "{write}"
+        );
+        assert_eq!(write.status_code(), Some(403));
+        let read = Error::read("PersistentVolume pvc-1")(forbidden());
+        assert_eq!(read.category(), "read");
+        assert!(
+            read.to_string()
+                .starts_with("reading PersistentVolume pvc-1: "),
+            "{read}"
+        );
+        assert_eq!(Error::LeadershipLost.status_code(), None);
+    }
+}

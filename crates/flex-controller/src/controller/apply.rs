@@ -27,21 +27,26 @@ pub enum Created {
 
 /// An object that is already gone needs no further write: 404 is success, not a failure
 /// to retry and warn about.
-fn gone_is_done<T>(r: Result<T, kube::Error>) -> crate::Result<()> {
+fn gone_is_done<T>(r: Result<T, kube::Error>, what: String) -> crate::Result<()> {
     match r {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(crate::Error::write(what)(e)),
     }
 }
 
 /// A create's answer: 409 means the object exists.
-fn created<T>(r: Result<T, kube::Error>) -> crate::Result<Created> {
+fn created<T>(r: Result<T, kube::Error>, what: String) -> crate::Result<Created> {
     match r {
         Ok(_) => Ok(Created::New),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(Created::Existed),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(crate::Error::write(what)(e)),
     }
+}
+
+/// What a write does, for its error: "creating Job ns/name".
+fn writing<K: Resource<DynamicType = ()>>(verb: &str, name: &str) -> String {
+    format!("{verb} {} {name}", K::kind(&()))
 }
 
 /// Key under which a PV created for a claim is expected until the cache shows it.
@@ -87,10 +92,12 @@ impl Applier {
             + std::fmt::Debug,
     {
         let ns = object.meta().namespace.clone().unwrap_or_default();
+        let what = writing::<K>("creating", &format!("{ns}/{}", object.name_any()));
         created(
             Api::<K>::namespaced(self.client.clone(), &ns)
                 .create(&PostParams::default(), object)
                 .await,
+            what,
         )
     }
 
@@ -135,7 +142,11 @@ impl Applier {
         pv: &PersistentVolume,
         for_claim: Option<&str>,
     ) -> crate::Result<Created> {
-        let answer = created(self.volumes().create(&PostParams::default(), pv).await)?;
+        let what = writing::<PersistentVolume>("creating", &pv.name_any());
+        let answer = created(
+            self.volumes().create(&PostParams::default(), pv).await,
+            what,
+        )?;
         if let (Created::New, Some(uid)) = (answer, for_claim) {
             self.expected.record_for(&pv_key(uid), &pv.name_any(), 0);
         }
@@ -158,10 +169,11 @@ impl Applier {
         patch: &serde_json::Value,
     ) -> crate::Result<()>
     where
-        K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     {
         let (params, patch) = (PatchParams::default(), Patch::Merge(patch));
-        gone_is_done(api.patch(name, &params, &patch).await)
+        let what = writing::<K>("patching", name);
+        gone_is_done(api.patch(name, &params, &patch).await, what)
     }
 
     /// A merge patch sent once per run of the controller (`key` names the write); `true`
@@ -174,7 +186,7 @@ impl Applier {
         patch: &serde_json::Value,
     ) -> crate::Result<bool>
     where
-        K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     {
         if self.written.contains(key) {
             return Ok(false);
@@ -192,10 +204,11 @@ impl Applier {
         patch: &serde_json::Value,
     ) -> crate::Result<()>
     where
-        K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     {
         let (params, patch) = (PatchParams::default(), Patch::Merge(patch));
-        gone_is_done(api.patch_status(name, &params, &patch).await)
+        let what = writing::<K>("patching the status of", name);
+        gone_is_done(api.patch_status(name, &params, &patch).await, what)
     }
 
     /// Deletes the object only while it is the one decided on (its uid, and its
@@ -208,7 +221,7 @@ impl Applier {
         resource_version: Option<String>,
     ) -> crate::Result<()>
     where
-        K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     {
         let dp = DeleteParams {
             preconditions: Some(Preconditions {
@@ -217,7 +230,8 @@ impl Applier {
             }),
             ..DeleteParams::background()
         };
-        gone_is_done(api.delete(name, &dp).await)
+        let what = writing::<K>("deleting", name);
+        gone_is_done(api.delete(name, &dp).await, what)
     }
 
     /// Marks a provisioning Job as having had its PV, so that plan::orphan never takes it
@@ -232,7 +246,9 @@ impl Applier {
         match answer {
             Ok(_) => Ok(true),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
-            Err(e) => Err(e.into()),
+            Err(e) => Err(crate::Error::write(format!(
+                "marking Job {namespace}/{job}"
+            ))(e)),
         }
     }
 }

@@ -70,20 +70,31 @@ impl Options {
 /// Fails fast, with the permission or object that is missing, before anything starts.
 async fn preflight(client: &Client, opts: &Options) -> crate::Result<()> {
     let one = ListParams::default().limit(1);
+    let check = |what: &str| {
+        let what = what.to_owned();
+        move |source| crate::Error::Preflight { what, source }
+    };
     Api::<PersistentVolumeClaim>::all(client.clone())
         .list(&one)
-        .await?;
+        .await
+        .map_err(check("listing claims"))?;
     Api::<PersistentVolume>::all(client.clone())
         .list(&one)
-        .await?;
-    Api::<StorageClass>::all(client.clone()).list(&one).await?;
+        .await
+        .map_err(check("listing PersistentVolumes"))?;
+    Api::<StorageClass>::all(client.clone())
+        .list(&one)
+        .await
+        .map_err(check("listing StorageClasses"))?;
     for ns in &opts.config_namespaces {
         Api::<ConfigMap>::namespaced(client.clone(), ns)
             .list(&one)
-            .await?;
+            .await
+            .map_err(check(&format!("listing ConfigMaps in {ns}")))?;
         Api::<Job>::namespaced(client.clone(), ns)
             .list(&one)
-            .await?;
+            .await
+            .map_err(check(&format!("listing Jobs in {ns}")))?;
     }
     if let Some(l) = &opts.leader {
         crate::leader::check_namespace(client, l).await?;

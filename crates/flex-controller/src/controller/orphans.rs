@@ -112,7 +112,12 @@ async fn look_into(
     if pv_cached {
         return Ok(None);
     }
-    let confirmed = confirm(ctx, job, &claim_uid, &volume).await?;
+    let confirmed = confirm(ctx, job, &claim_uid, &volume)
+        .await
+        .map_err(crate::Error::read(format!(
+            "the claim and volume of Job {}",
+            job.name_any()
+        )))?;
     let pods = ctx.caches.pods_by(&super::caches::by_claim(&claim_uid));
     let pod_refs: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
     match plan_orphan(job, &pod_refs, confirmed) {

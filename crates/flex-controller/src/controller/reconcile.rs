@@ -168,7 +168,8 @@ async fn whole_if_cut_short(
         &claim.namespace().unwrap_or_default(),
     )
     .get_opt(&claim.name_any())
-    .await?;
+    .await
+    .map_err(crate::Error::read(format!("claim {}", claim.name_any())))?;
     Ok(whole.filter(|w| w.metadata.uid == uid).map(|mut w| {
         super::caches::trim_meta(&mut w);
         Arc::new(w)
@@ -284,7 +285,9 @@ async fn decide(g: &Gathered, ctx: &Context) -> crate::Result<flex_core::plan::c
             },
             Step::ConfirmPv if read.is_none() => {
                 let pvs = Api::<PersistentVolume>::all(ctx.client.clone());
-                read = Some(pvs.get_opt(&pv_name(&g.uid)).await?);
+                let name = pv_name(&g.uid);
+                let what = format!("PersistentVolume {name}");
+                read = Some(pvs.get_opt(&name).await.map_err(crate::Error::read(what))?);
             }
             _ => return Ok(plan),
         }

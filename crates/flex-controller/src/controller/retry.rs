@@ -26,11 +26,7 @@ const FORGET_AFTER: Duration = Duration::from_secs(600);
 
 /// The retry for `error` after `failures` failures in a row (counting this one).
 pub fn retry_for(error: &crate::Error, failures: u32) -> Retry {
-    let code = match error {
-        crate::Error::Kube(kube::Error::Api(s)) => Some(s.code),
-        _ => None,
-    };
-    match code {
+    match error.status_code() {
         Some(409) => Retry::Replan(Duration::from_millis(200)),
         Some(403 | 404) => Retry::Blocked(BLOCKED),
         _ => {
@@ -66,7 +62,7 @@ mod tests {
     use super::*;
 
     fn api(code: u16) -> crate::Error {
-        crate::Error::Kube(kube::Error::Api(
+        crate::Error::write("creating Job ns/j")(kube::Error::Api(
             serde_json::from_value(serde_json::json!({
                 "status": "Failure", "message": "m", "reason": "r", "code": code
             }))

@@ -53,7 +53,7 @@ pub(super) async fn resolve(
             s.message,
             ds.kind_key()
         )),
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(crate::Error::read(format!("{} {}", ds.kind, ds.name))(e)),
     })
 }
 

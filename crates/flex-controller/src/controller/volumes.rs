@@ -27,7 +27,8 @@ pub(super) async fn fetch_record(
     for ns in &ctx.opts.config_namespaces {
         if let Some(cm) = Api::<ConfigMap>::namespaced(ctx.client.clone(), ns)
             .get_opt(&name)
-            .await?
+            .await
+            .map_err(crate::Error::read(format!("record {ns}/{name}")))?
         {
             return Ok(Some(cm));
         }
@@ -53,7 +54,8 @@ async fn named_by_claim(
     for (ns, n) in candidates {
         let claim = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns)
             .get_opt(&n)
-            .await?;
+            .await
+            .map_err(crate::Error::read(format!("claim {ns}/{n}")))?;
         if claim
             .and_then(|c| c.spec?.volume_name)
             .is_some_and(|v| v == volume)
@@ -244,17 +246,17 @@ async fn decide(g: &Gathered, ctx: &Context) -> crate::Result<Option<VolumePlan>
     }
     let Some(fresh) = Api::<PersistentVolume>::all(ctx.client.clone())
         .get_opt(&g.name)
-        .await?
+        .await
+        .map_err(crate::Error::read(format!("PersistentVolume {}", g.name)))?
         .filter(|p| p.metadata.uid == g.pv.metadata.uid)
     else {
         return Ok(None);
     };
     let claim = match &g.at {
-        Some((ns, n)) => {
-            Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), ns)
-                .get_opt(n)
-                .await?
-        }
+        Some((ns, n)) => Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), ns)
+            .get_opt(n)
+            .await
+            .map_err(crate::Error::read(format!("claim {ns}/{n}")))?,
         None => None,
     };
     let record = fetch_record(ctx, &fresh).await?;
