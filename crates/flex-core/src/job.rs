@@ -143,51 +143,18 @@ pub struct ProvisionContext<'a> {
 
 /// The provisioning Job for attempt `attempt` of a claim.
 pub fn provision_job(cx: ProvisionContext<'_>, attempt: u32, ttl_seconds: i32) -> Job {
+    let env = provision_env(&cx);
     let ProvisionContext {
         config,
         claim,
         node,
         rendered,
-        pv_template,
-        provisioner_name,
         source,
         inputs_hash,
+        ..
     } = cx;
     let volume = pv_name(&claim.uid);
     let class = &config.class;
-    let env = vec![
-        ("ACTION", Action::Provision.as_str().to_owned()),
-        ("PROVISIONER_NAME", provisioner_name.to_owned()),
-        ("PV_NAME", volume.clone()),
-        ("PVC_NAME", claim.name.clone()),
-        ("PVC_NAMESPACE", claim.namespace.clone()),
-        ("PVC_UID", claim.uid.clone()),
-        ("STORAGE_CLASS", class.name.clone()),
-        ("RECLAIM_POLICY", class.reclaim_policy.clone()),
-        ("MOUNT_OPTIONS", class.mount_options.join(",")),
-        ("VOLUME_MODE", claim.volume_mode.clone()),
-        ("ACCESS_MODES", claim.access_modes.join(",")),
-        ("REQUESTED_BYTES", claim.bytes.to_string()),
-        ("REQUESTED_SIZE", claim.requested.clone()),
-        (
-            "SELECTED_NODE",
-            claim.selected_node.clone().unwrap_or_default(),
-        ),
-        (
-            "PV_TEMPLATE",
-            serde_json::to_string(pv_template).unwrap_or_default(),
-        ),
-        ("PARAMETERS", rendered.parameters_json()),
-        ("TERMINATION_LOG", TERMINATION_MESSAGE_PATH.to_owned()),
-        (
-            "PV_CREATOR",
-            config.provisioner.pv_creator.as_str().to_owned(),
-        ),
-    ];
-    let env: Vec<(&str, String)> = env
-        .into_iter()
-        .chain(source.map(|s| s.env()).unwrap_or_default())
-        .collect();
     // What deprovisions the volume, kept on the Job (written only by the controller, in the
     // config namespace) for a PV whose claim is deleted before the controller verified it.
     let deprovision = JobRecipe::deprovision(config, rendered, node);
@@ -221,25 +188,79 @@ pub fn provision_job(cx: ProvisionContext<'_>, attempt: u32, ttl_seconds: i32) -
         crate::names::ANN_EXPAND_SPEC.to_owned(),
         serde_json::to_string(&JobRecipe::expand(config, rendered, node)).unwrap_or_default(),
     );
-    // What a report may hold, for a claim deleted before the controller read the report
-    // (plan::orphan); the class's ConfigMap may have changed by then.
-    if config.provisioner.pv_creator == crate::config::PvCreator::Controller {
-        let sources: Vec<&str> = config
-            .provisioner
-            .volume_sources
-            .iter()
-            .map(String::as_str)
-            .collect();
-        annotations.insert(
+    annotations.extend(report_limits(config));
+    job
+}
+
+/// What a report may hold, for a claim deleted before the controller read the report
+/// (plan::orphan): the class's ConfigMap may have changed by then. Only with
+/// `pv-creator: controller`.
+fn report_limits(config: &ClassConfig) -> Vec<(String, String)> {
+    if config.provisioner.pv_creator != crate::config::PvCreator::Controller {
+        return vec![];
+    }
+    let sources: Vec<&str> = config
+        .provisioner
+        .volume_sources
+        .iter()
+        .map(String::as_str)
+        .collect();
+    vec![
+        (
             crate::names::ANN_VOLUME_SOURCES.to_owned(),
             sources.join(","),
-        );
-        annotations.insert(
+        ),
+        (
             crate::names::ANN_ALLOWED_VOLUMES.to_owned(),
             serde_json::to_string(&config.provisioner.allowed_volumes).unwrap_or_default(),
-        );
-    }
-    job
+        ),
+    ]
+}
+
+/// The provisioning Job's environment (README.md, "The Job's environment").
+fn provision_env(cx: &ProvisionContext<'_>) -> Vec<(&'static str, String)> {
+    let ProvisionContext {
+        config,
+        claim,
+        rendered,
+        pv_template,
+        provisioner_name,
+        source,
+        ..
+    } = *cx;
+    let class = &config.class;
+    let env = vec![
+        ("ACTION", Action::Provision.as_str().to_owned()),
+        ("PROVISIONER_NAME", provisioner_name.to_owned()),
+        ("PV_NAME", pv_name(&claim.uid)),
+        ("PVC_NAME", claim.name.clone()),
+        ("PVC_NAMESPACE", claim.namespace.clone()),
+        ("PVC_UID", claim.uid.clone()),
+        ("STORAGE_CLASS", class.name.clone()),
+        ("RECLAIM_POLICY", class.reclaim_policy.clone()),
+        ("MOUNT_OPTIONS", class.mount_options.join(",")),
+        ("VOLUME_MODE", claim.volume_mode.clone()),
+        ("ACCESS_MODES", claim.access_modes.join(",")),
+        ("REQUESTED_BYTES", claim.bytes.to_string()),
+        ("REQUESTED_SIZE", claim.requested.clone()),
+        (
+            "SELECTED_NODE",
+            claim.selected_node.clone().unwrap_or_default(),
+        ),
+        (
+            "PV_TEMPLATE",
+            serde_json::to_string(pv_template).unwrap_or_default(),
+        ),
+        ("PARAMETERS", rendered.parameters_json()),
+        ("TERMINATION_LOG", TERMINATION_MESSAGE_PATH.to_owned()),
+        (
+            "PV_CREATOR",
+            config.provisioner.pv_creator.as_str().to_owned(),
+        ),
+    ];
+    env.into_iter()
+        .chain(source.map(|s| s.env()).unwrap_or_default())
+        .collect()
 }
 
 /// The deprovisioning Job for attempt `attempt` of a PV we provisioned, built only from

@@ -844,6 +844,41 @@ impl<'i, 'a> Judging<'i, 'a> {
         }
     }
 
+    /// The latest attempt failed for good on these inputs: said, and their digest recorded
+    /// on the claim (`record`; `None`: it is already).
+    fn give_up(mut self, job: &Job, failure: Failure, record: Option<String>) -> Plan {
+        let Failure {
+            permanent, message, ..
+        } = failure;
+        let (attempt, job_uid) = (self.attempt, job.metadata.uid.clone().unwrap_or_default());
+        let succeeded = matches!(self.latest_outcome, Some(JobOutcome::Succeeded));
+        let why = if permanent && succeeded {
+            "a bad report is not retried until the claim or the configuration changes"
+        } else if permanent {
+            "the exit code is permanent, so it is not retried until the claim or the configuration changes"
+        } else {
+            "max-attempts is reached, so it is not retried until the claim or the configuration changes"
+        };
+        self.notices.push(
+            Notice::warning(
+                format!("failed/{job_uid}"),
+                reasons::FAILED,
+                format!("attempt {attempt} failed: {message}; {why}"),
+            )
+            .about(job)
+            .counted_as(NoticeKind::ProvisionFailed)
+            .action("GiveUp"),
+        );
+        let step = match record {
+            None => Step::Blocked,
+            Some(inputs_hash) => Step::GiveUp {
+                attempt,
+                inputs_hash,
+            },
+        };
+        plan(step, self.notices)
+    }
+
     /// Stage 4: the latest attempt failed: give up (for these inputs), start afresh (the
     /// inputs changed), or retry after the backoff, recording the attempt on the claim
     /// when its Job expires first.
@@ -871,32 +906,13 @@ impl<'i, 'a> Judging<'i, 'a> {
             .max_attempts
             .is_some_and(|max| attempt >= max);
         if (permanent || out_of_attempts) && same_inputs {
-            let succeeded = matches!(self.latest_outcome, Some(JobOutcome::Succeeded));
-            let why = if permanent && succeeded {
-                "a bad report is not retried until the claim or the configuration changes"
-            } else if permanent {
-                "the exit code is permanent, so it is not retried until the claim or the configuration changes"
-            } else {
-                "max-attempts is reached, so it is not retried until the claim or the configuration changes"
+            let failure = Failure {
+                permanent,
+                message,
+                at,
             };
-            self.notices.push(
-                Notice::warning(
-                    format!("failed/{job_uid}"),
-                    reasons::FAILED,
-                    format!("attempt {attempt} failed: {message}; {why}"),
-                )
-                .about(job)
-                .counted_as(NoticeKind::ProvisionFailed)
-                .action("GiveUp"),
-            );
-            let step = match gave_up {
-                true => Step::Blocked,
-                false => Step::GiveUp {
-                    attempt,
-                    inputs_hash: prepared.inputs_hash.clone(),
-                },
-            };
-            return plan(step, self.notices);
+            let hash = (!gave_up).then(|| prepared.inputs_hash.clone());
+            return self.give_up(job, failure, hash);
         }
         if permanent || out_of_attempts {
             // The claim or configuration changed since: a fresh try.

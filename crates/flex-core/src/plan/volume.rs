@@ -347,58 +347,19 @@ fn claim_known_gone(i: &VolumeInputs<'_>) -> bool {
 
 /// Storage to be destroyed: wait for a provisioning pod still at work, then run the
 /// deprovision Job until it succeeds, retrying failures with growing delays.
-fn deprovision(i: &VolumeInputs<'_>) -> VolumePlan {
-    let pv = i.pv;
-    let plan = |step, notices| VolumePlan {
+fn released(step: VolumeStep, notices: Vec<Notice>) -> VolumePlan {
+    VolumePlan {
         state: VolumeState::Released,
         step,
         notices,
-    };
-    if i.provisioning {
-        return plan(VolumeStep::Wait(RUNNING_RECHECK), vec![]);
     }
-    let pv_name = pv.metadata.name.clone().unwrap_or_default();
-    let read = || match i.record {
-        Some(cm) => read_record(cm, pv),
-        None => Err(crate::record::RecordError::missing(pv)),
-    };
-    let from_job = || {
-        i.provision_jobs
-            .iter()
-            .find_map(|j| crate::record::record_from_job(pv, j))
-    };
-    let create = |attempt: u32, mut notices: Vec<Notice>| match read() {
-        // The claim and the record are read from the API server right before.
-        _ if !claim_known_gone(i) => plan(VolumeStep::ConfirmClaim, notices),
-        _ if !i.claim_confirmed && !i.record_read => plan(VolumeStep::ReadRecord, notices),
-        Err(_) if i.record.is_none() && from_job().is_some() => plan(
-            VolumeStep::WriteRecord(Box::new(from_job().expect("checked"))),
-            notices,
-        ),
-        Ok(record) => plan(
-            VolumeStep::CreateJob(Box::new(deprovision_job(
-                pv,
-                &record,
-                i.provisioner_name,
-                attempt,
-                i.job_ttl_seconds,
-            ))),
-            notices,
-        ),
-        Err(why) => {
-            notices.push(
-                Notice::warning(
-                    format!("no-recipe/{pv_name}"),
-                    reasons::VOLUME_FAILED_DELETE,
-                    format!(
-                        "cannot deprovision {pv_name}: {why}; nothing is run and the volume is kept (only a record the controller wrote when it verified the volume says what a deprovision runs; if this is a real volume, delete its storage by hand, then remove the finalizer {FINALIZER_DEPROVISION})"
-                    ),
-                )
-                .action("Deprovision"),
-            );
-            plan(VolumeStep::Ignore, notices)
-        }
-    };
+}
+
+fn deprovision(i: &VolumeInputs<'_>) -> VolumePlan {
+    let pv = i.pv;
+    if i.provisioning {
+        return released(VolumeStep::Wait(RUNNING_RECHECK), vec![]);
+    }
     // Jobs of an earlier PV of the same name only take up attempt numbers (Job names).
     let mine = |j: &&&Job| of_this_pv(j, pv);
     // Never two deprovisions of one name at once (an earlier PV's Job may still run).
@@ -406,7 +367,7 @@ fn deprovision(i: &VolumeInputs<'_>) -> VolumePlan {
         let pods = pods_of(j, &i.pods);
         outcome(j, &pods) == JobOutcome::Running
     }) {
-        return plan(VolumeStep::Wait(RUNNING_RECHECK), vec![]);
+        return released(VolumeStep::Wait(RUNNING_RECHECK), vec![]);
     }
     let Some(job) = i
         .jobs
@@ -416,17 +377,18 @@ fn deprovision(i: &VolumeInputs<'_>) -> VolumePlan {
         .max_by_key(|j| attempt_of(j))
     else {
         let taken = i.jobs.iter().map(|j| attempt_of(j)).max().unwrap_or(0);
-        return create(taken + 1, vec![]);
+        return create_deprovision_job(i, taken + 1, vec![]);
     };
     let attempt = attempt_of(job);
     let pods = pods_of(job, &i.pods);
     match outcome(job, &pods) {
-        JobOutcome::Running => plan(VolumeStep::Wait(RUNNING_RECHECK), vec![]),
-        JobOutcome::Succeeded => plan(
+        JobOutcome::Running => released(VolumeStep::Wait(RUNNING_RECHECK), vec![]),
+        JobOutcome::Succeeded => released(
             VolumeStep::Finish(finalizer_patch(pv, json!({ ANN_DEPROVISIONED: "true" }))),
             vec![],
         ),
         JobOutcome::Failed { message, at, .. } => {
+            let pv_name = pv.metadata.name.clone().unwrap_or_default();
             let wait = delay_after(attempt, i.retry_base);
             let remaining = wait_remaining(attempt, i.retry_base, at, i.now);
             let uid = job.metadata.uid.clone().unwrap_or_default();
@@ -442,10 +404,59 @@ fn deprovision(i: &VolumeInputs<'_>) -> VolumePlan {
             .about(job)
             .counted_as(NoticeKind::DeleteFailed).action("Deprovision");
             if remaining.is_zero() {
-                create(attempt + 1, vec![notice])
+                create_deprovision_job(i, attempt + 1, vec![notice])
             } else {
-                plan(VolumeStep::Wait(remaining), vec![notice])
+                released(VolumeStep::Wait(remaining), vec![notice])
             }
+        }
+    }
+}
+
+/// Deprovision attempt `attempt`, built from the volume's record alone, once the API
+/// server confirmed the claim is gone and the record was read from it; a record lost
+/// since is written again from the Job that made the volume; without one nothing runs.
+fn create_deprovision_job(
+    i: &VolumeInputs<'_>,
+    attempt: u32,
+    mut notices: Vec<Notice>,
+) -> VolumePlan {
+    let pv = i.pv;
+    let from_job = || {
+        i.provision_jobs
+            .iter()
+            .find_map(|j| crate::record::record_from_job(pv, j))
+    };
+    let read = match i.record {
+        Some(cm) => read_record(cm, pv),
+        None => Err(crate::record::RecordError::missing(pv)),
+    };
+    match read {
+        // The claim and the record are read from the API server right before.
+        _ if !claim_known_gone(i) => released(VolumeStep::ConfirmClaim, notices),
+        _ if !i.claim_confirmed && !i.record_read => released(VolumeStep::ReadRecord, notices),
+        Err(_)
+            if i.record.is_none()
+                && let Some(record) = from_job() =>
+        {
+            released(VolumeStep::WriteRecord(Box::new(record)), notices)
+        }
+        Ok(record) => {
+            let job = deprovision_job(pv, &record, i.provisioner_name, attempt, i.job_ttl_seconds);
+            released(VolumeStep::CreateJob(Box::new(job)), notices)
+        }
+        Err(why) => {
+            let pv_name = pv.metadata.name.clone().unwrap_or_default();
+            notices.push(
+                Notice::warning(
+                    format!("no-recipe/{pv_name}"),
+                    reasons::VOLUME_FAILED_DELETE,
+                    format!(
+                        "cannot deprovision {pv_name}: {why}; nothing is run and the volume is kept (only a record the controller wrote when it verified the volume says what a deprovision runs; if this is a real volume, delete its storage by hand, then remove the finalizer {FINALIZER_DEPROVISION})"
+                    ),
+                )
+                .action("Deprovision"),
+            );
+            released(VolumeStep::Ignore, notices)
         }
     }
 }
