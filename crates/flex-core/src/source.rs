@@ -65,3 +65,180 @@ impl SourceData {
         }
     }
 }
+/// Why a clone's source claim cannot be copied from now: it does not exist, is not bound
+/// (both ways) to a volume the cache shows, the volume is not this provisioner's, or the
+/// clone asks for less than the source holds. `None`: its record is read next, and the
+/// source is [`from_record`]. The source's volume is found by the name `source` gives
+/// (`volume`: what the cache holds under it).
+pub fn clone_problem(
+    claim: &crate::claim::ClaimRequest,
+    name: &str,
+    source: Option<&k8s_openapi::api::core::v1::PersistentVolumeClaim>,
+    volume: Option<&PersistentVolume>,
+    provisioner_name: &str,
+) -> Option<String> {
+    let at = format!("{}/{name}", claim.namespace);
+    let Some(source) = source else {
+        return Some(format!("the source claim {at} does not exist"));
+    };
+    let bound = source.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+    let Some(volume_name) = source
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_deref())
+        .filter(|_| bound)
+    else {
+        return Some(format!("the source claim {at} is not bound yet"));
+    };
+    let Some(pv) = volume else {
+        return Some(format!(
+            "the source claim's volume {volume_name} is not seen yet"
+        ));
+    };
+    let bound_back = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.claim_ref.as_ref())
+        .and_then(|r| r.uid.as_deref())
+        == source.metadata.uid.as_deref();
+    if !bound_back {
+        return Some(format!(
+            "the source claim's volume {volume_name} is not bound back to it"
+        ));
+    }
+    if !crate::volume::provisioned_by(pv, provisioner_name) {
+        return Some(format!(
+            "the source claim {at} is bound to {volume_name}, which this provisioner did not make; only its own volumes can be cloned"
+        ));
+    }
+    let capacity = crate::volume::storage_capacity(&pv.spec.clone().unwrap_or_default());
+    if crate::quantity::parse_bytes(&capacity).is_ok_and(|c| c > claim.bytes) {
+        return Some(format!(
+            "the clone requests {}, less than its source's {capacity}; request at least that",
+            claim.requested
+        ));
+    }
+    None
+}
+
+/// A clone's source once [`clone_problem`] found none: the volume and the parameters its
+/// record holds (`record`: the record as read, `None`: there is none).
+pub fn from_record(
+    pv: &PersistentVolume,
+    record: Option<Result<crate::record::Record, crate::record::RecordError>>,
+) -> SourceData {
+    let volume = pv.metadata.name.as_deref().unwrap_or_default();
+    match record {
+        Some(Ok(r)) => SourceData::Volume {
+            pv: Box::new(pv.clone()),
+            parameters: r.parameters,
+        },
+        Some(Err(why)) => SourceData::Unusable(why.to_string()),
+        None => SourceData::Unusable(format!("the source volume {volume} has no record")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    use serde_json::{Value, json};
+
+    const P: &str = "flex-provisioner.io/job";
+
+    fn clone_request(size: &str) -> crate::claim::ClaimRequest {
+        let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+            "metadata": {"name": "copy", "namespace": "a", "uid": "c-2"},
+            "spec": {"storageClassName": "silver", "accessModes": ["ReadWriteOnce"],
+                     "resources": {"requests": {"storage": size}},
+                     "dataSource": {"kind": "PersistentVolumeClaim", "name": "data"}}
+        }))
+        .unwrap();
+        crate::claim::ClaimRequest::from_claim(&pvc).unwrap()
+    }
+
+    fn source(status: Value) -> PersistentVolumeClaim {
+        serde_json::from_value(
+            json!({"metadata": {"name": "data", "namespace": "a", "uid": "c-1"},
+            "spec": {"volumeName": "pvc-c-1"}, "status": status}),
+        )
+        .unwrap()
+    }
+
+    fn volume(claim_uid: &str, by: &str) -> PersistentVolume {
+        serde_json::from_value(json!({"metadata": {"name": "pvc-c-1",
+                "annotations": {crate::names::ANN_PROVISIONED_BY: by}},
+            "spec": {"capacity": {"storage": "2Gi"}, "claimRef": {"uid": claim_uid}}}))
+        .unwrap()
+    }
+
+    /// Only a bound claim of ours whose volume is bound back to it, cloned into at least its
+    /// size, is a source; each refusal says which condition failed.
+    #[test]
+    fn a_clone_copies_only_from_a_bound_volume_of_ours_no_larger_than_it() {
+        let bound = source(json!({"phase": "Bound"}));
+        let ours = volume("c-1", P);
+        let problem =
+            |req: &str, s: Option<&PersistentVolumeClaim>, v: Option<&PersistentVolume>| {
+                clone_problem(&clone_request(req), "data", s, v, P)
+            };
+        assert_eq!(problem("2Gi", Some(&bound), Some(&ours)), None);
+        for (what, found, expected) in [
+            (
+                "no claim",
+                problem("2Gi", None, Some(&ours)),
+                "does not exist",
+            ),
+            (
+                "pending",
+                problem(
+                    "2Gi",
+                    Some(&source(json!({"phase": "Pending"}))),
+                    Some(&ours),
+                ),
+                "not bound yet",
+            ),
+            (
+                "not cached",
+                problem("2Gi", Some(&bound), None),
+                "not seen yet",
+            ),
+            (
+                "another's",
+                problem("2Gi", Some(&bound), Some(&volume("c-9", P))),
+                "not bound back",
+            ),
+            (
+                "not ours",
+                problem(
+                    "2Gi",
+                    Some(&bound),
+                    Some(&volume("c-1", "example.com/other")),
+                ),
+                "did not make",
+            ),
+            (
+                "smaller",
+                problem("1Gi", Some(&bound), Some(&ours)),
+                "less than its source's 2Gi",
+            ),
+        ] {
+            let found = found.unwrap_or_else(|| panic!("{what}: accepted"));
+            assert!(found.contains(expected), "{what}: {found}");
+        }
+    }
+
+    #[test]
+    fn a_source_without_a_usable_record_is_unusable() {
+        let ours = volume("c-1", P);
+        assert_eq!(
+            from_record(&ours, None),
+            SourceData::Unusable("the source volume pvc-c-1 has no record".into())
+        );
+        let refused = from_record(&ours, Some(Err(crate::record::RecordError::NoRecipe)));
+        assert_eq!(
+            refused,
+            SourceData::Unusable("its deprovision record has no recipe".into())
+        );
+    }
+}

@@ -6,7 +6,6 @@ use kube::api::{Api, DynamicObject};
 
 use super::context::Context;
 use flex_core::claim::{ClaimRequest, DataSource};
-use flex_core::quantity::parse_bytes;
 use flex_core::record::read_record;
 use flex_core::source::SourceData;
 
@@ -62,57 +61,23 @@ async fn clone_source(
     claim: &ClaimRequest,
     ds: &DataSource,
 ) -> crate::Result<SourceData> {
-    let unusable = |why: String| Ok(SourceData::Unusable(why));
-    let at = format!("{}/{}", claim.namespace, ds.name);
-    let Some(source) = ctx.caches.claim(&claim.namespace, &ds.name) else {
-        return unusable(format!("the source claim {at} does not exist"));
-    };
-    let bound = source.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
-    let Some(volume) = source
-        .spec
+    let source = ctx.caches.claim(&claim.namespace, &ds.name);
+    let volume = source
         .as_ref()
-        .and_then(|s| s.volume_name.clone())
-        .filter(|_| bound)
-    else {
-        return unusable(format!("the source claim {at} is not bound yet"));
-    };
-    let Some(pv) = ctx.caches.volume(&volume) else {
-        return unusable(format!(
-            "the source claim's volume {volume} is not seen yet"
-        ));
-    };
-    let bound_back = pv
-        .spec
-        .as_ref()
-        .and_then(|s| s.claim_ref.as_ref())
-        .and_then(|r| r.uid.as_deref())
-        == source.metadata.uid.as_deref();
-    if !bound_back {
-        return unusable(format!(
-            "the source claim's volume {volume} is not bound back to it"
-        ));
+        .and_then(|s| s.spec.as_ref()?.volume_name.as_deref())
+        .and_then(|name| ctx.caches.volume(name));
+    let name = &ctx.opts.provisioner_name;
+    let (source, volume) = (source.as_deref(), volume.as_deref());
+    if let Some(why) = flex_core::source::clone_problem(claim, &ds.name, source, volume, name) {
+        return Ok(SourceData::Unusable(why));
     }
-    if !flex_core::volume::provisioned_by(&pv, &ctx.opts.provisioner_name) {
-        return unusable(format!(
-            "the source claim {at} is bound to {volume}, which this provisioner did not make; only its own volumes can be cloned"
+    let Some(pv) = volume else {
+        return Ok(SourceData::Unusable(
+            "the source volume is not seen yet".into(),
         ));
-    }
-    let capacity = flex_core::volume::storage_capacity(&pv.spec.clone().unwrap_or_default());
-    if parse_bytes(&capacity).is_ok_and(|c| c > claim.bytes) {
-        return unusable(format!(
-            "the clone requests {}, less than its source's {capacity}; request at least that",
-            claim.requested
-        ));
-    }
-    let record = match super::volumes::fetch_record(ctx, &pv).await? {
-        Some(cm) => read_record(&cm, &pv).map_err(|e| e.to_string()),
-        None => Err(format!("the source volume {volume} has no record")),
     };
-    Ok(match record {
-        Ok(r) => SourceData::Volume {
-            pv: Box::new(pv.as_ref().clone()),
-            parameters: r.parameters,
-        },
-        Err(why) => SourceData::Unusable(why),
-    })
+    let record = super::volumes::fetch_record(ctx, pv)
+        .await?
+        .map(|cm| read_record(&cm, pv));
+    Ok(flex_core::source::from_record(pv, record))
 }
