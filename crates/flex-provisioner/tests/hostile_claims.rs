@@ -139,18 +139,6 @@ async fn an_oversized_claim_of_ours_is_provisioned_from_all_it_holds() {
     assert_eq!(value("DIR").as_deref(), Some("d1"));
 }
 
-/// Claims in `default` in phase Bound.
-async fn bound_count(sb: &common::cluster::Cluster) -> usize {
-    Api::<PersistentVolumeClaim>::namespaced(sb.client().unwrap(), "default")
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .filter(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
-        .count()
-}
-
 /// Creates `n` claims of `class` named `<prefix>NNN` and returns how long until `total`
 /// claims in `default` are Bound.
 async fn timed_burst(
@@ -162,10 +150,7 @@ async fn timed_burst(
 ) -> Duration {
     let t = Instant::now();
     burst(sb, prefix, n, class).await;
-    eventually(300, &format!("{total} claims bound"), || async {
-        (bound_count(sb).await == total).then_some(())
-    })
-    .await;
+    all_bound(sb, total, 300).await;
     t.elapsed()
 }
 
