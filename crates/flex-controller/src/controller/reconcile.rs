@@ -23,20 +23,9 @@ use flex_core::plan::claim::{
 };
 use flex_core::plan::{Notice, reasons};
 
-/// A running attempt is looked at again on every change of its Job, its pods and the Job
-/// controller's events about it; this is only the safety net. Short, it made a long burst
-/// cost each waiting claim a reconcile (and a render) every few seconds.
-const RUNNING_RECHECK: Duration = Duration::from_secs(120);
-
 fn is_provision(job: &Job) -> bool {
     super::context::action_is(job.labels(), flex_core::names::Action::Provision)
 }
-
-/// How often a claim that waits for a change is looked at anyway.
-const RECHECK_BLOCKED: Duration = Duration::from_secs(60);
-/// How often a claim whose data source is not usable yet is looked at: its source claim
-/// binding (or an admin's grant) does not trigger it.
-const RECHECK_SOURCE: Duration = Duration::from_secs(5);
 
 /// One claim: gather what the planner needs, plan (reading the PV from the API server when
 /// the plan asks), tell what the plan says, carry out its step.
@@ -106,15 +95,11 @@ async fn gather(
     let pods = ctx.caches.pods_by(&by_claim(&uid));
     let pv = ctx.caches.volume(&pv_name(&uid));
     let pending = claim.spec.as_ref().is_some_and(|s| s.volume_name.is_none());
-    let selected = claim.annotations().get(ANN_SELECTED_NODE);
-    let node = selected
+    let node = claim
+        .annotations()
+        .get(ANN_SELECTED_NODE)
         .and_then(|name| ctx.caches.nodes.get(&ObjectRef::new(name)))
         .map(|n| NodeInfo::from_node(&n));
-    // A node the scheduler chose that the node cache does not show yet (just joined): a
-    // Job made now would lack its placement and the PV its node affinity.
-    if selected.is_some() && node.is_none() && pending {
-        return Ok(Err(Action::requeue(Duration::from_secs(2))));
-    }
     let created_attempt = ctx
         .apply
         .expected
@@ -124,7 +109,8 @@ async fn gather(
         return Ok(Err(Action::requeue(Duration::from_secs(5))));
     }
     let limited = match &resolved {
-        Resolved::Ready(c) => ours && c.provisioner.max_concurrent.is_some(),
+        // Only a pending claim of ours can start a Job.
+        Resolved::Ready(c) => ours && pending && c.provisioner.max_concurrent.is_some(),
         Resolved::Unusable(_) => false,
     };
     let _turn = match limited {
@@ -312,36 +298,34 @@ async fn announce(g: &Gathered, ctx: &Context, plan: &flex_core::plan::claim::Pl
     }
 }
 
-/// Carries out the plan's step.
+/// Carries out the plan's step, then looks again when the step says (a bound claim goes on
+/// to expansion).
 async fn apply(
     g: &Gathered,
     ctx: &Context,
     plan: flex_core::plan::claim::Plan,
 ) -> crate::Result<Action> {
-    Ok(match plan.step {
+    let again = plan
+        .step
+        .recheck()
+        .map_or_else(Action::await_change, Action::requeue);
+    match plan.step {
         // Provisioning has nothing to do: a bound claim may still need to grow.
-        Step::Ignore => super::expansion::reconcile_expansion(&g.claim, ctx).await?,
-        Step::WaitForNode => Action::await_change(),
-        // Only returned before the API server was asked, and it was asked in `decide`.
-        Step::ConfirmPv => Action::requeue(Duration::from_secs(1)),
-        // Returned again only when nothing could be prepared (a render that panicked).
-        Step::Prepare => Action::requeue(RECHECK_BLOCKED),
-        // Triggers cover changes to the claim, class and ConfigMap; this is the safety net.
-        Step::Blocked => Action::requeue(RECHECK_BLOCKED),
-        Step::AwaitSource => Action::requeue(RECHECK_SOURCE),
-        Step::Throttled => Action::requeue(Duration::from_secs(5)),
-        Step::AwaitPvRemoval | Step::AwaitReport => Action::requeue(Duration::from_secs(1)),
-        Step::CreatePv { pv } => create_pv(g, ctx, &pv).await?,
-        Step::Backoff { wait, .. } => Action::requeue(wait),
+        Step::Ignore => return super::expansion::reconcile_expansion(&g.claim, ctx).await,
+        Step::CreatePv { pv } => {
+            if ctx.apply.create_pv(&pv, Some(&g.uid)).await? == Created::Existed {
+                // Ours from an earlier reconcile, or someone else's: the next plan, from the
+                // cache, judges what is there.
+                return Ok(Action::requeue(Duration::from_secs(1)));
+            }
+        }
         Step::Running { attempt } => {
             starting_problems(ctx, &g.claim.object_ref(&()), &g.jobs, attempt).await;
-            Action::requeue(RUNNING_RECHECK)
         }
-        Step::RecordAttempt { attempt, wait } => {
+        Step::RecordAttempt { attempt, .. } => {
             // Once, and only because the failed Job expires before the next attempt.
             let annotations = json!({ANN_ATTEMPT: attempt.to_string()});
             annotate_claim(g, ctx, annotations).await?;
-            Action::requeue(wait)
         }
         Step::GiveUp {
             attempt,
@@ -349,7 +333,6 @@ async fn apply(
         } => {
             let annotations = json!({ANN_GAVE_UP: inputs_hash, ANN_ATTEMPT: attempt.to_string()});
             annotate_claim(g, ctx, annotations).await?;
-            Action::await_change()
         }
         Step::BoundToUnverified { pv } => {
             // The same words on the PV, where an admin looks; counted once (on the claim).
@@ -363,33 +346,31 @@ async fn apply(
                 })
                 .collect();
             ctx.tell(&pv, &g.class, &on_pv).await;
-            // Said once; a change of the PV or the claim brings it back.
-            Action::await_change()
         }
         Step::Provisioned { patch, record } => {
             bookkeeping(g, ctx, patch, record).await?;
             // A bound claim may have grown: expansion looks at it.
-            super::expansion::reconcile_expansion(&g.claim, ctx).await?
+            return super::expansion::reconcile_expansion(&g.claim, ctx).await;
         }
-        Step::RemoveWrongPv { uid: pv_uid } => {
+        Step::RemoveWrongPv { uid } => {
             let pvs = ctx.apply.volumes();
-            ctx.apply
-                .delete(&pvs, &pv_name(&g.uid), pv_uid, None)
-                .await?;
-            Action::requeue(Duration::from_secs(1))
+            ctx.apply.delete(&pvs, &pv_name(&g.uid), uid, None).await?;
         }
         Step::CreateJob { attempt, job } => start(g, ctx, attempt, &job).await?,
-    })
-}
-
-/// Creates the PV from the Job's verified report. A conflict: it exists already (ours from
-/// an earlier reconcile, or someone else's); either way the next plan, from the cache,
-/// judges what is there.
-async fn create_pv(g: &Gathered, ctx: &Context, pv: &PersistentVolume) -> crate::Result<Action> {
-    Ok(match ctx.apply.create_pv(pv, Some(&g.uid)).await? {
-        Created::New => Action::await_change(),
-        Created::Existed => Action::requeue(Duration::from_secs(1)),
-    })
+        // Nothing to write: a wait, a read asked for in `decide` and made there, or what
+        // could not be prepared.
+        Step::WaitForNode
+        | Step::AwaitNode
+        | Step::Prepare
+        | Step::ConfirmPv
+        | Step::Blocked
+        | Step::AwaitSource
+        | Step::Throttled
+        | Step::AwaitPvRemoval
+        | Step::AwaitReport
+        | Step::Backoff { .. } => {}
+    }
+    Ok(again)
 }
 
 /// Writes annotations on the claim, under the resourceVersion the plan was made from: a
@@ -426,7 +407,7 @@ async fn bookkeeping(
 
 /// Creates attempt `attempt`'s Job (one that exists already, from an earlier run of this
 /// controller, is adopted) and says so on the claim.
-async fn start(g: &Gathered, ctx: &Context, attempt: u32, job: &Job) -> crate::Result<Action> {
+async fn start(g: &Gathered, ctx: &Context, attempt: u32, job: &Job) -> crate::Result<()> {
     let ns = job.namespace().unwrap_or_default();
     let job_name = job.name_any();
     ctx.apply.create_job(job, &g.uid).await?;
@@ -441,7 +422,7 @@ async fn start(g: &Gathered, ctx: &Context, attempt: u32, job: &Job) -> crate::R
     .action("Provision");
     ctx.tell(&g.claim.object_ref(&()), &g.class, &[notice])
         .await;
-    Ok(Action::requeue(RUNNING_RECHECK))
+    Ok(())
 }
 
 /// A Job whose pod could not even be created (a missing ServiceAccount, a quota) leaves no

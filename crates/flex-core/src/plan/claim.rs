@@ -116,6 +116,9 @@ pub enum Step {
     Ignore,
     /// WaitForFirstConsumer: no node selected yet.
     WaitForNode,
+    /// The node the scheduler selected is not in the node cache yet (it just joined): a Job
+    /// made now would lack its placement and the PV its node affinity.
+    AwaitNode,
     /// Nothing can happen until the claim or the configuration changes.
     Blocked,
     /// The claim's data source cannot be used yet (a source claim not bound, an object the
@@ -163,6 +166,49 @@ pub enum Step {
     CreatePv { pv: Box<PersistentVolume> },
     /// The Job succeeded but its pod, which holds the report, is not in the cache yet.
     AwaitReport,
+}
+
+/// How long a running attempt waits for a look without a change: every change of its Job,
+/// its pods and the Job controller's events about it brings the claim back; this is only the
+/// safety net. Short, it made a long burst cost each waiting claim a reconcile every few
+/// seconds.
+pub const RUNNING_RECHECK: Duration = Duration::from_secs(120);
+/// How often a claim that waits for a change of its own, its class or its ConfigMap (all
+/// watched) is looked at anyway.
+const BLOCKED_RECHECK: Duration = Duration::from_secs(60);
+/// How often a claim waits for what no watch brings back: its data source becoming usable
+/// (a source claim binding, an admin's grant), room under `max-concurrent`, a node joining
+/// the cache.
+const SOURCE_RECHECK: Duration = Duration::from_secs(5);
+const THROTTLED_RECHECK: Duration = Duration::from_secs(5);
+const NODE_RECHECK: Duration = Duration::from_secs(2);
+/// A read or removal in flight: its answer comes within moments.
+const SOON: Duration = Duration::from_secs(1);
+
+impl Step {
+    /// When the claim is looked at again after this step is carried out (`None`: when
+    /// something about it changes).
+    pub fn recheck(&self) -> Option<Duration> {
+        match self {
+            Step::Ignore
+            | Step::WaitForNode
+            | Step::GiveUp { .. }
+            | Step::BoundToUnverified { .. }
+            | Step::Provisioned { .. }
+            | Step::CreatePv { .. } => None,
+            // Prepare is carried out before any step; left over, nothing could be prepared.
+            Step::Blocked | Step::Prepare => Some(BLOCKED_RECHECK),
+            Step::AwaitSource => Some(SOURCE_RECHECK),
+            Step::Throttled => Some(THROTTLED_RECHECK),
+            Step::AwaitNode => Some(NODE_RECHECK),
+            Step::ConfirmPv
+            | Step::AwaitPvRemoval
+            | Step::AwaitReport
+            | Step::RemoveWrongPv { .. } => Some(SOON),
+            Step::Backoff { wait, .. } | Step::RecordAttempt { wait, .. } => Some(*wait),
+            Step::Running { .. } | Step::CreateJob { .. } => Some(RUNNING_RECHECK),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -445,6 +491,9 @@ fn gate<'a>(i: &ClaimInputs<'a>) -> Result<Gated<'a>, Plan> {
     };
     if config.class.waits_for_consumer() && request.selected_node.is_none() {
         return Err(plan(Step::WaitForNode, vec![]));
+    }
+    if stage == Stage::Pending && request.selected_node.is_some() && i.node.is_none() {
+        return Err(plan(Step::AwaitNode, vec![]));
     }
     Ok(Gated {
         stage,

@@ -106,6 +106,7 @@ struct Case<'a> {
     source: Option<crate::source::SourceData>,
     created: Option<u32>,
     class_provisioner: Option<&'a str>,
+    node: Option<NodeInfo>,
 }
 
 fn case(config: &ClassConfig) -> Case<'_> {
@@ -122,6 +123,7 @@ fn case(config: &ClassConfig) -> Case<'_> {
         source: None,
         created: None,
         class_provisioner: Some(P),
+        node: None,
     }
 }
 
@@ -136,7 +138,8 @@ fn run(c: &Case<'_>) -> Plan {
         panic!("asked to prepare without a configuration")
     };
     let request = ClaimRequest::from_claim(&c.claim).expect("asked to prepare a bad claim");
-    let mut prepared = Prepared::here(config, &request, None, P, c.source.clone());
+    let node = c.node.as_ref();
+    let mut prepared = Prepared::here(config, &request, node, P, c.source.clone());
     prepared.inputs_hash = c.hash.to_owned();
     let again = plan_unprepared(c, Some(&prepared));
     assert_ne!(again.step, Step::Prepare, "asked twice");
@@ -153,7 +156,7 @@ fn plan_unprepared(c: &Case<'_>, prepared: Option<&Prepared>) -> Plan {
         pods: c.pods.iter().collect(),
         pv: c.pv.as_ref(),
         pv_absence_confirmed: c.pv_absence_confirmed,
-        node: None,
+        node: c.node.as_ref(),
         active_jobs_of_class: c.active,
         prepared,
         retry_base: Duration::from_secs(10),
@@ -332,13 +335,23 @@ fn an_invalid_configuration_blocks_the_class_with_its_problem() {
 fn wait_for_first_consumer_waits_for_a_node() {
     let cfg = config(json!({}), "WaitForFirstConsumer");
     assert_eq!(run(&case(&cfg)).step, Step::WaitForNode);
-    let c = Case {
+    assert_eq!(Step::WaitForNode.recheck(), None, "the scheduler's choice brings it back");
+    let mut c = Case {
         claim: claim(
             json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": "n1"}}}),
         ),
         ..case(&cfg)
     };
-    assert_eq!(starts(&run(&c)), Some(1));
+    // Selected, but the node cache does not show the node yet: no Job without its placement.
+    let p = run(&c);
+    assert_eq!(p.step, Step::AwaitNode);
+    assert_eq!(p.step.recheck(), Some(Duration::from_secs(2)));
+    let node: k8s_openapi::api::core::v1::Node =
+        serde_json::from_value(json!({"metadata": {"name": "n1"}})).unwrap();
+    c.node = Some(NodeInfo::from_node(&node));
+    let p = run(&c);
+    assert_eq!(starts(&p), Some(1));
+    assert_eq!(p.step.recheck(), Some(RUNNING_RECHECK));
 }
 
 #[test]
