@@ -26,11 +26,11 @@ pub enum Created {
 }
 
 /// An object that is already gone needs no further write: 404 is success, not a failure
-/// to retry and warn about.
-fn gone_is_done<T>(r: Result<T, kube::Error>, what: String) -> crate::Result<()> {
+/// to retry and warn about. `false`: it was gone.
+fn gone_is_done<T>(r: Result<T, kube::Error>, what: String) -> crate::Result<bool> {
     match r {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
         Err(e) => Err(crate::Error::write(what)(e)),
     }
 }
@@ -160,14 +160,14 @@ impl Applier {
         self.expected.unseen_for(&key, |_| cached).is_some()
     }
 
-    /// A merge patch; an object gone meanwhile is done with. A precondition goes in the
-    /// patch itself (`metadata.resourceVersion`).
+    /// A merge patch; an object gone meanwhile is done with (`false`). A precondition goes
+    /// in the patch itself (`metadata.resourceVersion`).
     pub async fn patch<K>(
         &self,
         api: &Api<K>,
         name: &str,
         patch: &serde_json::Value,
-    ) -> crate::Result<()>
+    ) -> crate::Result<bool>
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     {
@@ -196,13 +196,14 @@ impl Applier {
         Ok(true)
     }
 
-    /// A merge patch of the status subresource; an object gone meanwhile is done with.
+    /// A merge patch of the status subresource; an object gone meanwhile is done with
+    /// (`false`).
     pub async fn patch_status<K>(
         &self,
         api: &Api<K>,
         name: &str,
         patch: &serde_json::Value,
-    ) -> crate::Result<()>
+    ) -> crate::Result<bool>
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     {
@@ -212,14 +213,14 @@ impl Applier {
     }
 
     /// Deletes the object only while it is the one decided on (its uid, and its
-    /// resourceVersion when given); one gone meanwhile is done with.
+    /// resourceVersion when given); one gone meanwhile is done with (`false`).
     pub async fn delete<K>(
         &self,
         api: &Api<K>,
         name: &str,
         uid: String,
         resource_version: Option<String>,
-    ) -> crate::Result<()>
+    ) -> crate::Result<bool>
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     {
@@ -453,7 +454,8 @@ mod tests {
         apply.create_once("record/r", &record()).await.unwrap();
         let patch = serde_json::json!({"status": {"phase": "Bound"}});
         let claims = apply.claims("a");
-        apply.patch_status(&claims, "data", &patch).await.unwrap();
+        let there = apply.patch_status(&claims, "data", &patch).await.unwrap();
+        assert!(!there, "the claim was gone");
         server.await.unwrap();
     }
 }

@@ -105,17 +105,25 @@ async fn apply(g: &Gathered<'_>, ctx: &Context, step: ExpandStep) -> crate::Resu
         // The record was read in `decide`; asked again only when it could not be.
         ExpandStep::Ignore | ExpandStep::Blocked | ExpandStep::ReadRecord => {}
         ExpandStep::Wait(d) => return Ok(Action::requeue(d)),
+        // A claim gone meanwhile gets no expansion Job.
         ExpandStep::Start { job, status } => {
-            apply.patch_status(&claims, &name, &status).await?;
-            apply.create_or_adopt(job.as_ref()).await?;
-        }
-        ExpandStep::Finish { pv_patch, status } => {
-            if let Some(p) = pv_patch {
-                apply.patch(&apply.volumes(), &g.pv.name_any(), &p).await?;
+            if apply.patch_status(&claims, &name, &status).await? {
+                apply.create_or_adopt(job.as_ref()).await?;
             }
+        }
+        // A volume gone meanwhile did not grow: the claim is not told it did.
+        ExpandStep::Finish { pv_patch, status } => {
+            let grown = match pv_patch {
+                Some(p) => apply.patch(&apply.volumes(), &g.pv.name_any(), &p).await?,
+                None => true,
+            };
+            if grown {
+                apply.patch_status(&claims, &name, &status).await?;
+            }
+        }
+        ExpandStep::Fail { status } => {
             apply.patch_status(&claims, &name, &status).await?;
         }
-        ExpandStep::Fail { status } => apply.patch_status(&claims, &name, &status).await?,
     }
     Ok(Action::await_change())
 }

@@ -24,6 +24,9 @@ pub struct Expected {
     turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Per owner (a claim uid, a PV uid): the last Job created for it, its attempt, when.
     latest: Mutex<HashMap<String, (String, u32, Instant)>>,
+    /// The size at which `latest` is next swept for stale owners: twice what a sweep left,
+    /// so a burst of live ones is not scanned on every insert.
+    sweep_at: std::sync::atomic::AtomicUsize,
 }
 
 impl Expected {
@@ -54,8 +57,10 @@ impl Expected {
         let mut latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
         // An owner deleted before its Job was cached is never asked about again: what is
         // stale goes once the map is large, so it never grows with such owners.
-        if latest.len() >= FORGET_STALE_ABOVE {
+        use std::sync::atomic::Ordering::Relaxed;
+        if latest.len() >= self.sweep_at.load(Relaxed).max(FORGET_STALE_ABOVE) {
             latest.retain(|_, (_, _, at)| at.elapsed() < UNSEEN_FOR_AT_MOST);
+            self.sweep_at.store(latest.len() * 2, Relaxed);
         }
         latest.insert(owner.to_owned(), (job.to_owned(), attempt, Instant::now()));
     }
@@ -120,6 +125,18 @@ mod tests {
             None,
             "forgotten once seen"
         );
+    }
+
+    /// A sweep for stale owners keeps every live one, however many a burst makes.
+    #[test]
+    fn live_expectations_survive_the_sweep() {
+        let s = Expected::default();
+        for i in 0..FORGET_STALE_ABOVE * 2 + 1 {
+            s.record_for(&format!("claim-{i}"), "provision", 1);
+        }
+        assert_eq!(s.unseen_for("claim-0", |_| false), Some(1));
+        let kept = s.latest.lock().unwrap().len();
+        assert_eq!(kept, FORGET_STALE_ABOVE * 2 + 1);
     }
 
     #[tokio::test]

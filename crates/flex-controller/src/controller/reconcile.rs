@@ -41,7 +41,7 @@ pub async fn reconcile(
         Ok(g) => g,
         Err(wait) => return Ok(wait),
     };
-    let plan = decide(&g, &ctx).await?;
+    let (plan, _turn) = decide(&g, &ctx).await?;
     announce(&g, &ctx, &plan).await;
     apply(&g, &ctx, plan).await
 }
@@ -59,11 +59,14 @@ struct Gathered {
     pv: Option<Arc<PersistentVolume>>,
     node: Option<NodeInfo>,
     created_attempt: Option<u32>,
-    active_jobs_of_class: usize,
-    /// With `max-concurrent`, counting the class's active Jobs and creating the next one is
-    /// one step: concurrent reconciles of the class take turns (held until applied).
-    _turn: Option<tokio::sync::OwnedMutexGuard<()>>,
+    /// A pending claim of ours in a class with `max-concurrent`.
+    limited: bool,
 }
+
+/// The class's turn to count its running Jobs and create the next one (`max-concurrent`):
+/// concurrent reconciles of the class take turns, each held from the count until its write
+/// is applied.
+type Turn = Option<tokio::sync::OwnedMutexGuard<()>>;
 
 /// The planner's inputs for `claim`, or how long to wait before there is anything to plan.
 async fn gather(
@@ -113,14 +116,6 @@ async fn gather(
         Resolved::Ready(c) => ours && pending && c.provisioner.max_concurrent.is_some(),
         Resolved::Unusable(_) => false,
     };
-    let _turn = match limited {
-        true => Some(ctx.apply.expected.turn(&class).await),
-        false => None,
-    };
-    let active_jobs_of_class = match limited {
-        true => active_jobs_of_class(ctx, &class),
-        false => 0,
-    };
     Ok(Ok(Gathered {
         claim,
         uid,
@@ -132,8 +127,7 @@ async fn gather(
         pv,
         node,
         created_attempt,
-        active_jobs_of_class,
-        _turn,
+        limited,
     }))
 }
 
@@ -234,14 +228,21 @@ fn active_jobs_of_class(ctx: &Context, class: &str) -> usize {
 
 /// The plan; when it asks for more (what an attempt is made from, or whether the PV
 /// exists, read only at the moment of that decision: the Job succeeded and the cache has
-/// no PV), the plan again with it. Each is asked for at most once.
-async fn decide(g: &Gathered, ctx: &Context) -> crate::Result<flex_core::plan::claim::Plan> {
+/// no PV), the plan again with it. Each is asked for at most once. A plan that may start
+/// a Job of a `max-concurrent` class is made in the class's turn (returned: held until
+/// applied), taken only once the inputs are prepared, so rendering never waits for it.
+async fn decide(
+    g: &Gathered,
+    ctx: &Context,
+) -> crate::Result<(flex_core::plan::claim::Plan, Turn)> {
     let opts = &ctx.opts;
     let config = match &g.resolved {
         Resolved::Ready(c) => ConfigState::Ready(c),
         Resolved::Unusable(p) => ConfigState::Unusable(p),
     };
-    let plan_with = |prepared: Option<&Prepared>, read: Option<&Option<PersistentVolume>>| {
+    let plan_with = |prepared: Option<&Prepared>,
+                     read: Option<&Option<PersistentVolume>>,
+                     active_jobs_of_class: usize| {
         let inputs = ClaimInputs {
             claim: &g.claim,
             provisioner_name: &opts.provisioner_name,
@@ -252,7 +253,7 @@ async fn decide(g: &Gathered, ctx: &Context) -> crate::Result<flex_core::plan::c
             pv: read.map_or(g.pv.as_deref(), Option::as_ref),
             pv_absence_confirmed: read.is_some_and(Option::is_none),
             node: g.node.as_ref(),
-            active_jobs_of_class: g.active_jobs_of_class,
+            active_jobs_of_class,
             prepared,
             retry_base: opts.retry_base,
             job_ttl_seconds: opts.job_ttl_seconds,
@@ -261,13 +262,20 @@ async fn decide(g: &Gathered, ctx: &Context) -> crate::Result<flex_core::plan::c
         };
         plan_claim(&inputs)
     };
-    let (mut prepared, mut read) = (None, None);
+    let (mut prepared, mut read, mut turn, mut active) = (None, None, None, 0);
     loop {
-        let plan = plan_with(prepared.as_ref(), read.as_ref());
+        // No Job is started without what it is made from: until then the count is not read.
+        let plan = plan_with(prepared.as_ref(), read.as_ref(), active);
         match plan.step {
             Step::Prepare if prepared.is_none() => match prepare(g, ctx).await? {
-                Some(p) => prepared = Some(p),
-                None => return Ok(plan),
+                Some(p) => {
+                    prepared = Some(p);
+                    if g.limited {
+                        turn = Some(ctx.apply.expected.turn(&g.class).await);
+                        active = active_jobs_of_class(ctx, &g.class);
+                    }
+                }
+                None => return Ok((plan, turn)),
             },
             Step::ConfirmPv if read.is_none() => {
                 let pvs = Api::<PersistentVolume>::all(ctx.client.clone());
@@ -275,7 +283,7 @@ async fn decide(g: &Gathered, ctx: &Context) -> crate::Result<flex_core::plan::c
                 let what = format!("PersistentVolume {name}");
                 read = Some(pvs.get_opt(&name).await.map_err(crate::Error::read(what))?);
             }
-            _ => return Ok(plan),
+            _ => return Ok((plan, turn)),
         }
     }
 }
@@ -383,7 +391,10 @@ async fn annotate_claim(
     let claims = ctx.apply.claims(&g.claim.namespace().unwrap_or_default());
     let patch = json!({"metadata": {"annotations": annotations,
                                     "resourceVersion": g.claim.resource_version()}});
-    ctx.apply.patch(&claims, &g.claim.name_any(), &patch).await
+    ctx.apply
+        .patch(&claims, &g.claim.name_any(), &patch)
+        .await?;
+    Ok(())
 }
 
 /// A verified volume's record and PV bookkeeping. The record first: a volume with our

@@ -581,6 +581,15 @@ impl<'i, 'a> Judging<'i, 'a> {
         }
     }
 
+    /// Whether the claim gave up on the inputs it has now; the digest is asked for only
+    /// when the claim gave up on some.
+    fn gave_up(&self) -> Result<bool, Plan> {
+        match annotation(self.i.claim, ANN_GAVE_UP) {
+            None => Ok(false),
+            Some(on) => Ok(on == self.prepared()?.inputs_hash),
+        }
+    }
+
     /// What an attempt is made from, or the plan that asks for it.
     fn prepared(&self) -> Result<&'a Prepared, Plan> {
         self.i.prepared.ok_or_else(|| plan(Step::Prepare, vec![]))
@@ -764,45 +773,44 @@ impl<'i, 'a> Judging<'i, 'a> {
             ).about(pv).action("Verify"));
             return plan(Step::Blocked, self.notices);
         }
-        if announce {
-            self.notices.push(
-                Notice::normal(
-                    format!("succeeded/{}", self.request.uid),
-                    reasons::SUCCEEDED,
-                    format!("Successfully provisioned volume {volume}"),
-                )
-                .about(pv)
-                .counted_as(NoticeKind::Provisioned)
-                .action("Verify"),
+        if !announce {
+            return plan(
+                Step::Provisioned {
+                    patch,
+                    record: None,
+                },
+                self.notices,
             );
         }
-        let record = match announce {
-            true => match self.record_for(pv) {
-                Ok(r) => r,
-                Err(asked) => return asked,
-            },
-            false => None,
+        // The record first: a success is announced only with the bookkeeping it needs.
+        let record = match self.record_for(pv) {
+            Ok(r) => r,
+            Err(asked) => return asked,
         };
+        self.notices.push(
+            Notice::normal(
+                format!("succeeded/{}", self.request.uid),
+                reasons::SUCCEEDED,
+                format!("Successfully provisioned volume {volume}"),
+            )
+            .about(pv)
+            .counted_as(NoticeKind::Provisioned)
+            .action("Verify"),
+        );
         plan(Step::Provisioned { patch, record }, self.notices)
     }
 
     /// Stage 3: no PV yet, the claim pending: the latest attempt's Job decides.
     fn judge_job(self) -> Plan {
-        // The digest is prepared only for a claim that gave up on some inputs.
-        let gave_up = match annotation(self.i.claim, ANN_GAVE_UP) {
-            None => false,
-            Some(on) => match self.prepared() {
-                Ok(p) => on == p.inputs_hash,
-                Err(ask) => return ask,
-            },
-        };
         let Some(job) = self.latest else {
-            if gave_up {
-                return plan(Step::Blocked, self.notices);
-            }
             // Created here a moment ago: the watch has not delivered it yet.
             if let Some(attempt) = self.i.created_attempt {
                 return plan(Step::Running { attempt }, self.notices);
+            }
+            match self.gave_up() {
+                Ok(true) => return plan(Step::Blocked, self.notices),
+                Ok(false) => {}
+                Err(ask) => return ask,
             }
             // No Job at all: either none was made yet, or the last recorded failure's Job
             // was cleaned up by its TTL (the next attempt follows it), or it is not in the
@@ -843,7 +851,7 @@ impl<'i, 'a> Judging<'i, 'a> {
                 at,
             },
         };
-        self.after_failure(job, failure, gave_up)
+        self.after_failure(job, failure)
     }
 
     /// A succeeded Job: the PV to create from its report (controller mode), a read to make
@@ -931,7 +939,7 @@ impl<'i, 'a> Judging<'i, 'a> {
     /// Stage 4: the latest attempt failed: give up (for these inputs), start afresh (the
     /// inputs changed), or retry after the backoff, recording the attempt on the claim
     /// when its Job expires first.
-    fn after_failure(mut self, job: &Job, failure: Failure, gave_up: bool) -> Plan {
+    fn after_failure(mut self, job: &Job, failure: Failure) -> Plan {
         let Failure {
             permanent,
             message,
@@ -939,8 +947,8 @@ impl<'i, 'a> Judging<'i, 'a> {
         } = failure;
         let attempt = self.attempt;
         let job_uid = job.metadata.uid.clone().unwrap_or_default();
-        let prepared = match self.prepared() {
-            Ok(p) => p,
+        let (prepared, gave_up) = match self.prepared().and_then(|p| Ok((p, self.gave_up()?))) {
+            Ok(known) => known,
             Err(ask) => return ask,
         };
         let same_inputs = job

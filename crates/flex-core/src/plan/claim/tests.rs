@@ -261,9 +261,20 @@ fn only_a_decision_about_an_attempt_asks_for_its_inputs() {
         claim: claim(json!({"metadata": {"annotations": {ANN_GAVE_UP: "h1"}}})),
         ..case(&cfg)
     };
+    // Gave up on older inputs; the attempt made since from the new ones runs.
+    let running_after_giving_up = Case {
+        claim: claim(json!({"metadata": {"annotations": {ANN_GAVE_UP: "h0"}}})),
+        jobs: vec![job(2, json!({"active": 1}), "h1")],
+        ..case(&cfg)
+    };
     for (what, c, asks) in [
         ("a bound claim", &bound, false),
         ("a running attempt", &running, false),
+        (
+            "a running attempt after giving up",
+            &running_after_giving_up,
+            false,
+        ),
         ("a fresh claim", &case(&cfg), true),
         (
             "a failed attempt",
@@ -335,7 +346,11 @@ fn an_invalid_configuration_blocks_the_class_with_its_problem() {
 fn wait_for_first_consumer_waits_for_a_node() {
     let cfg = config(json!({}), "WaitForFirstConsumer");
     assert_eq!(run(&case(&cfg)).step, Step::WaitForNode);
-    assert_eq!(Step::WaitForNode.recheck(), None, "the scheduler's choice brings it back");
+    assert_eq!(
+        Step::WaitForNode.recheck(),
+        None,
+        "the scheduler's choice brings it back"
+    );
     let mut c = Case {
         claim: claim(
             json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": "n1"}}}),
@@ -1239,4 +1254,31 @@ fn succeeded_with_record(dir: &str) -> Job {
         .unwrap(),
     );
     made
+}
+
+/// A volume whose record cannot be made (its Job predates the records Jobs carry, and the
+/// templates no longer render) is not announced as a success: no bookkeeping, no success.
+#[test]
+fn no_success_is_told_without_the_record() {
+    let cfg = config(
+        json!({"dir": "/v/{{dnslabel claim.labels.team}}"}),
+        "Immediate",
+    );
+    let c = Case {
+        jobs: vec![job(1, complete("2026-01-01T00:00:04Z"), "h1")],
+        pv: Some(pv(UID)),
+        ..case(&cfg)
+    };
+    let p = run(&c);
+    assert_eq!(p.step, Step::Blocked, "{:?}", p.notices);
+    assert!(
+        p.notices.iter().all(|n| n.kind != NoticeKind::Provisioned),
+        "{:?}",
+        p.notices
+    );
+    assert!(
+        p.notices
+            .iter()
+            .any(|n| n.message.contains("cannot provision this claim"))
+    );
 }
