@@ -97,8 +97,10 @@ async fn main() {
         .expect("sandbox");
     setup(&sb);
     let t = Instant::now();
-    let claims = populate::bound_claims(&sb, "fast", n);
+    // Claims, their Jobs, then their volumes: the order provisioning makes them in.
+    let claims = populate::pending_claims(&sb, "fast", n);
     populate::finished_jobs(&sb, NS, "fast", &claims);
+    populate::volumes_for(&sb, "fast", &claims);
     while populate::bound_count(&sb) < n {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

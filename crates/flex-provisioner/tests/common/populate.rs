@@ -5,17 +5,14 @@
 use kube_sandbox::{Sandbox, WriteCtx, resources};
 use serde_json::json;
 
-/// `n` claims of `class` in `default` named `<class>-<i>`, each with a PV of ours named
-/// `pvc-<uid>` whose claimRef names it, as the provisioner would have made it. The
-/// sandbox's PV controller binds them, as in a cluster: each claim gets its volumeName and
-/// the controller's annotations, both go Bound; `bound_count` tells when it has.
-pub fn bound_claims(sb: &Sandbox, class: &str, n: usize) -> Vec<(String, String)> {
+/// `n` claims of `class` in `default` named `<class>-<i>`, pending: (name, uid) of each.
+/// With `volumes_for`, they are bound by the sandbox's PV controller, as in a cluster:
+/// each claim gets its volumeName and the controller's annotations, both go Bound;
+/// `bound_count` tells when it has.
+pub fn pending_claims(sb: &Sandbox, class: &str, n: usize) -> Vec<(String, String)> {
     let ctx = WriteCtx::manager("test");
     let claims = resources::find("", "v1", "persistentvolumeclaims").unwrap();
-    let pvs = resources::find("", "v1", "persistentvolumes").unwrap();
     let mut made = Vec::with_capacity(n);
-    // Claims first and volumes after, as provisioning goes: each volume then finds its
-    // claim waiting.
     for i in 0..n {
         let c = sb
             .api
@@ -28,17 +25,27 @@ pub fn bound_claims(sb: &Sandbox, class: &str, n: usize) -> Vec<(String, String)
                 &ctx,
             )
             .unwrap();
-        made.push(c);
+        let name = c["metadata"]["name"].as_str().unwrap().to_owned();
+        made.push((name, c["metadata"]["uid"].as_str().unwrap().to_owned()));
     }
-    for c in &made {
-        let name = c["metadata"]["name"].as_str().unwrap();
-        let uid = c["metadata"]["uid"].as_str().unwrap();
+    made
+}
+
+/// A PV of ours for each of `claims` (name, uid), as the provisioner makes it once the
+/// claim's Job succeeded (after `finished_jobs`, when the claims have Jobs: a volume older
+/// than every Job of its claim is not one the provisioner made).
+pub fn volumes_for(sb: &Sandbox, class: &str, claims: &[(String, String)]) {
+    let ctx = WriteCtx::manager("test");
+    let pvs = resources::find("", "v1", "persistentvolumes").unwrap();
+    for (name, uid) in claims {
         let pv = format!("pvc-{uid}");
         sb.api
             .create(
                 pvs,
                 "",
                 json!({"metadata": {"name": pv,
+                         "labels": {"app.kubernetes.io/managed-by": "flex-provisioner",
+                                    "flex-provisioner.io/claim-uid": uid},
                          "annotations": {"pv.kubernetes.io/provisioned-by": flex_core::names::DEFAULT_PROVISIONER_NAME},
                          "finalizers": ["flex-provisioner.io/deprovision"]},
                        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
@@ -50,14 +57,6 @@ pub fn bound_claims(sb: &Sandbox, class: &str, n: usize) -> Vec<(String, String)
             )
             .unwrap();
     }
-    made.iter()
-        .map(|c| {
-            (
-                c["metadata"]["name"].as_str().unwrap().to_owned(),
-                c["metadata"]["uid"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect()
 }
 
 /// What provisioning `claims` (name, uid) of `class` in `default` left in config namespace
@@ -79,38 +78,46 @@ pub fn finished_jobs(sb: &Sandbox, ns: &str, class: &str, claims: &[(String, Str
             "flex-provisioner.io/volume": pv, "flex-provisioner.io/attempt": "1"});
         let annotations = json!({"flex-provisioner.io/claim": format!("default/{name}"),
             "flex-provisioner.io/storage-class": class});
+        // The API server drops the status of what is created (as Kubernetes does): it is
+        // written through the status subresource, as the Job controller and kubelet write it,
+        // as a merge patch (the sandbox's Job controller may have written it meanwhile).
+        let job_name = format!("provision-{uid}");
         let job = sb
             .api
             .create(
                 jobs,
                 ns,
-                json!({"metadata": {"name": format!("provision-{uid}"), "labels": labels, "annotations": annotations},
+                json!({"metadata": {"name": job_name, "labels": labels, "annotations": annotations},
                        "spec": {"ttlSecondsAfterFinished": 3600, "backoffLimit": 0,
                                 "template": {"metadata": {"labels": labels}, "spec": {"restartPolicy": "Never",
-                                    "containers": [{"name": "provisioner", "image": "bench-image"}]}}},
-                       "status": {"succeeded": 1, "startTime": now, "completionTime": now,
-                                  "conditions": [{"type": "SuccessCriteriaMet", "status": "True"},
-                                                 {"type": "Complete", "status": "True"}]}}),
+                                    "containers": [{"name": "provisioner", "image": "bench-image"}]}}}}),
                 &ctx,
             )
             .unwrap();
+        let finished = json!({"status": {"succeeded": 1, "active": null, "ready": null,
+            "startTime": now, "completionTime": now,
+            "conditions": [{"type": "SuccessCriteriaMet", "status": "True"},
+                           {"type": "Complete", "status": "True"}]}});
+        status_patch(sb, jobs, ns, &job_name, &finished);
         let job_uid = job["metadata"]["uid"].as_str().unwrap();
+        let pod_name = format!("provision-{uid}-x");
         sb.api
             .create(
                 pods,
                 ns,
-                json!({"metadata": {"name": format!("provision-{uid}-x"), "labels": labels, "annotations": annotations,
-                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": format!("provision-{uid}"),
+                json!({"metadata": {"name": pod_name, "labels": labels, "annotations": annotations,
+                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job_name,
                                               "uid": job_uid, "controller": true}]},
                        "spec": {"restartPolicy": "Never", "nodeName": "retired-node",
-                                "containers": [{"name": "provisioner", "image": "bench-image"}]},
-                       "status": {"phase": "Succeeded", "containerStatuses": [{"name": "provisioner", "ready": false,
-                           "restartCount": 0, "image": "bench-image", "imageID": "",
-                           "state": {"terminated": {"exitCode": 0, "reason": "Completed",
-                               "message": format!("{{\"hostPath\":{{\"path\":\"/volumes/{pv}\"}}}}")}}}]}}),
+                                "containers": [{"name": "provisioner", "image": "bench-image"}]}}),
                 &ctx,
             )
             .unwrap();
+        let succeeded = json!({"status": {"phase": "Succeeded", "containerStatuses": [{"name": "provisioner",
+            "ready": false, "restartCount": 0, "image": "bench-image", "imageID": "",
+            "state": {"terminated": {"exitCode": 0, "reason": "Completed",
+                "message": format!("{{\"hostPath\":{{\"path\":\"/volumes/{pv}\"}}}}")}}}]}});
+        status_patch(sb, pods, ns, &pod_name, &succeeded);
         sb.api
             .create(
                 config_maps,
@@ -122,6 +129,29 @@ pub fn finished_jobs(sb: &Sandbox, ns: &str, class: &str, claims: &[(String, Str
             )
             .unwrap();
     }
+}
+
+/// Writes `patch` (a merge patch of `status`) through the status subresource.
+fn status_patch(
+    sb: &Sandbox,
+    rid: resources::Rid,
+    ns: &str,
+    name: &str,
+    patch: &serde_json::Value,
+) {
+    let ctx = WriteCtx::manager("test");
+    let body = serde_json::to_vec(patch).unwrap();
+    sb.api
+        .patch(
+            rid,
+            ns,
+            name,
+            "application/merge-patch+json",
+            &body,
+            Some("status"),
+            &ctx,
+        )
+        .unwrap();
 }
 
 /// How many claims in `default` are bound, read from the store.
