@@ -4,11 +4,10 @@
 //! controller: one `Budget` (output bytes across every value, wall time) is spent by all the
 //! claim's templates and checked while they render; a panic of the engine is contained and
 //! becomes an error; recursion is impossible (no partials, nesting at most 8, checked when
-//! the template is compiled). The work is CPU-bound and bounded by `MAX_RENDER_TIME`, and
-//! `RenderRequest` owns its inputs so the controller can run it off its async threads.
+//! the template is compiled). The work is CPU-bound and bounded by `MAX_RENDER_TIME`: the
+//! controller runs it off its async threads (`plan::claim::Prepared`).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use crate::claim::{ClaimRequest, NodeInfo};
 use crate::config::ClassConfig;
@@ -91,28 +90,6 @@ pub fn render_for_claim(
     })
 }
 
-/// One claim's rendering with owned inputs: `Send + 'static`, so the controller can run it
-/// where CPU-bound work belongs, e.g.
-/// `tokio::task::spawn_blocking(move || request.render())`.
-#[derive(Debug, Clone)]
-pub struct RenderRequest {
-    pub config: Arc<ClassConfig>,
-    pub claim: ClaimRequest,
-    pub node: Option<NodeInfo>,
-    pub provisioner_name: String,
-}
-
-impl RenderRequest {
-    pub fn render(&self) -> Result<Rendered, RenderFailure> {
-        render_for_claim(
-            &self.config,
-            &self.claim,
-            self.node.as_ref(),
-            &self.provisioner_name,
-        )
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,7 +99,6 @@ mod tests {
     /// What crosses into `spawn_blocking` and back must be owned and sendable.
     #[test]
     fn render_types_can_move_to_a_blocking_thread() {
-        send_static::<RenderRequest>();
         send_static::<Result<Rendered, RenderFailure>>();
         send_static::<ClassConfig>();
     }

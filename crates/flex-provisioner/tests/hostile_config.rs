@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use flex_core::claim::ClaimRequest;
 use flex_core::config::{Problem, Verdict, parse_config_map};
-use flex_core::rendered::{RenderFailure, RenderRequest, Rendered, render_for_claim};
+use flex_core::plan::claim::Prepared;
+use flex_core::rendered::{RenderFailure, Rendered, render_for_claim};
 use flex_core::template::{self, MAX_OUTPUT_BYTES, MAX_TOTAL_OUTPUT_BYTES, TemplateError};
 use flex_provisioner::offline::check_files;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -287,16 +288,10 @@ fn a_render_request_moves_to_another_thread() {
     let cm = config("silver").set("export", "/exports/{{claim.namespace}}/{{claim.name}}");
     let config = std::sync::Arc::new(class_config(&cm.build(), &sc));
     let claim = ClaimRequest::from_claim(&claim("team-a", "data").build()).unwrap();
-    let request = RenderRequest {
-        config,
-        claim,
-        node: None,
-        provisioner_name: P.to_owned(),
-    };
-    let rendered = std::thread::spawn(move || request.render())
+    let prepared = std::thread::spawn(move || Prepared::here(&config, &claim, None, P, None))
         .join()
-        .unwrap()
         .unwrap();
+    let rendered = prepared.rendered.unwrap();
     assert_eq!(rendered.parameters["export"], "/exports/team-a/data");
 }
 

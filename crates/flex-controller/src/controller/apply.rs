@@ -171,9 +171,31 @@ impl Applier {
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     {
+        self.merge(api, name, patch, false).await
+    }
+
+    /// A merge patch of the object (`status`: of its status subresource).
+    async fn merge<K>(
+        &self,
+        api: &Api<K>,
+        name: &str,
+        patch: &serde_json::Value,
+        status: bool,
+    ) -> crate::Result<bool>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+    {
         let (params, patch) = (PatchParams::default(), Patch::Merge(patch));
-        let what = writing::<K>("patching", name);
-        gone_is_done(api.patch(name, &params, &patch).await, what)
+        let answer = match status {
+            false => api.patch(name, &params, &patch).await,
+            true => api.patch_status(name, &params, &patch).await,
+        };
+        let verb = if status {
+            "patching the status of"
+        } else {
+            "patching"
+        };
+        gone_is_done(answer, writing::<K>(verb, name))
     }
 
     /// A merge patch sent once per run of the controller (`key` names the write); `true`
@@ -207,9 +229,7 @@ impl Applier {
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     {
-        let (params, patch) = (PatchParams::default(), Patch::Merge(patch));
-        let what = writing::<K>("patching the status of", name);
-        gone_is_done(api.patch_status(name, &params, &patch).await, what)
+        self.merge(api, name, patch, true).await
     }
 
     /// Deletes the object only while it is the one decided on (its uid, and its
@@ -241,16 +261,8 @@ impl Applier {
     /// the Job is gone.
     pub async fn mark_pv_created(&self, namespace: &str, job: &str) -> crate::Result<bool> {
         let mark = serde_json::json!({"metadata": {"annotations": {flex_core::names::ANN_PV_CREATED: "true"}}});
-        let answer = Api::<Job>::namespaced(self.client.clone(), namespace)
-            .patch(job, &PatchParams::default(), &Patch::Merge(&mark))
-            .await;
-        match answer {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
-            Err(e) => Err(crate::Error::write(format!(
-                "marking Job {namespace}/{job}"
-            ))(e)),
-        }
+        let jobs = Api::<Job>::namespaced(self.client.clone(), namespace);
+        self.patch(&jobs, job, &mark).await
     }
 }
 
