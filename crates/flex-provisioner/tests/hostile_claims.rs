@@ -203,14 +203,15 @@ async fn twenty_claims_held_mid_job_do_not_slow_eighty_others() {
 /// with a standby instance waiting for the lease: the number is ignored (with a warning),
 /// the failing claim's retries cost nothing that slows twenty healthy claims, and the
 /// leader keeps its lease throughout (a standby that took over would be a second writer).
+/// Both instances are set up as the binary sets them up: client-go's timings, and the
+/// lease renewed over a connection of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_attempt_of_four_billion_and_a_failing_image_slow_nothing() {
     use flex_controller::leader::LeaderOptions;
     let sb = sandbox().await;
+    let lease_connection = config_as(sb.config(), CONTROLLER_NS, "flex-provisioner").await;
     let leader = |id: &str| LeaderOptions {
-        lease_duration: Duration::from_secs(4),
-        renew_deadline: Duration::from_secs(3),
-        retry_period: Duration::from_millis(500),
+        connection: Some(lease_connection.clone()),
         ..LeaderOptions::new(CONTROLLER_NS, "flex-provisioner", id)
     };
     let leases: Api<Lease> = Api::namespaced(sb.client().unwrap(), CONTROLLER_NS);
