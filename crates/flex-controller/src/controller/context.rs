@@ -1,9 +1,8 @@
-//! What every reconcile shares: the client, the stores, the event recorder, and what has
-//! already been said (so a notice is published once).
+//! What every reconcile shares: the client, the stores, the configuration, the applier
+//! (every write, and every event) and each object's run of failures.
 
-use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::Reporter;
 
 use super::Options;
 use super::apply::Applier;
@@ -11,9 +10,8 @@ pub use super::caches::Caches;
 use super::configs::Configs;
 use super::readiness::{Readiness, synced};
 use super::retry::{Failures, Retry, retry_for};
-use super::seen::Seen;
 use flex_core::names::Action;
-use flex_core::plan::{Notice, NoticeKind, reasons};
+use flex_core::plan::{Notice, reasons};
 
 /// Whether a Job's or pod's labels name this action.
 pub fn action_is(labels: &std::collections::BTreeMap<String, String>, action: Action) -> bool {
@@ -33,8 +31,6 @@ pub struct Context {
     pub apply: Applier,
     /// Consecutive reconcile failures per object, for the backoff.
     pub failures: Failures,
-    recorder: Recorder,
-    said: Seen,
 }
 
 impl Context {
@@ -48,18 +44,15 @@ impl Context {
             controller: "flex-provisioner".into(),
             instance: Some(opts.instance.clone()),
         };
-        let recorder_client = client.clone();
         Context {
-            recorder: Recorder::new(client.clone(), reporter),
+            apply: Applier::new(client.clone(), reporter, metrics.clone()),
             client,
             opts,
             caches,
             configs: Configs::default(),
             readiness: Readiness::default(),
-            apply: Applier::new(recorder_client.clone()),
             failures: Failures::default(),
             metrics,
-            said: Seen::default(),
         }
     }
 
@@ -116,7 +109,7 @@ impl Context {
                     message,
                 );
                 let ctx = ctx.clone();
-                tokio::spawn(async move { ctx.tell(&on, "", &[notice]).await });
+                tokio::spawn(async move { ctx.apply.tell(&on, "", &[notice]).await });
                 wait
             }
             Retry::Backoff(wait) => wait,
@@ -127,74 +120,5 @@ impl Context {
             .inc();
         tracing::warn!(category = error.category(), error = %error, retry_in = ?wait, "reconcile failed");
         Action::requeue(wait)
-    }
-
-    /// Publishes an event now.
-    pub async fn event(&self, on: &ObjectReference, warning: bool, reason: &str, message: &str) {
-        self.publish(on, warning, reason, message, "Provision", None)
-            .await;
-    }
-
-    async fn publish(
-        &self,
-        on: &ObjectReference,
-        warning: bool,
-        reason: &str,
-        message: &str,
-        action: &str,
-        related: Option<ObjectReference>,
-    ) {
-        let ev = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: reason.into(),
-            note: Some(message.chars().take(1000).collect()),
-            action: action.into(),
-            secondary: related,
-        };
-        if let Err(e) = self.recorder.publish(&ev, on).await {
-            tracing::warn!(error = %e, reason, "cannot publish an event");
-        }
-    }
-
-    /// Publishes each notice the first time it is seen, counting what the metrics count by
-    /// its kind; returns the kinds of the notices that were new.
-    pub async fn tell(
-        &self,
-        on: &ObjectReference,
-        class: &str,
-        notices: &[Notice],
-    ) -> Vec<NoticeKind> {
-        let mut fresh = Vec::new();
-        for n in notices {
-            // Once per object: a class's problem is told on each of its claims.
-            let scoped = format!("{}/{}", on.uid.as_deref().unwrap_or_default(), n.key);
-            if !self.said.insert(&scoped) {
-                continue;
-            }
-            let m = &self.metrics;
-            match n.kind {
-                NoticeKind::Provisioned => m.provision_total.with_label_values(&[class]).inc(),
-                NoticeKind::ProvisionFailed => {
-                    m.provision_failed_total.with_label_values(&[class]).inc()
-                }
-                NoticeKind::DeleteFailed => m.delete_failed_total.with_label_values(&[class]).inc(),
-                NoticeKind::Other => {}
-            }
-            self.publish(
-                on,
-                n.warning,
-                n.reason,
-                &n.message,
-                n.action,
-                n.related.clone(),
-            )
-            .await;
-            fresh.push(n.kind);
-        }
-        fresh
     }
 }

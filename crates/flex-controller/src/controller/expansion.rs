@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Resource, ResourceExt};
 
 use super::context::{Context, action_is};
 use flex_core::names;
@@ -33,7 +33,7 @@ pub(super) async fn reconcile_expansion(
     };
     let plan = decide(&g, ctx).await?;
     let class = flex_core::claim::class_of(claim).unwrap_or_default();
-    ctx.tell(&claim.object_ref(&()), class, &plan.notices).await;
+    ctx.apply.tell_claim(claim, class, &plan.notices).await;
     apply(&g, ctx, plan.step).await
 }
 

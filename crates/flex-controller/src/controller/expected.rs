@@ -1,5 +1,5 @@
 //! Objects created here that the caches do not show yet: the applier's expectations
-//! (`apply.rs` records them; gather reads them). Without them a claim or volume reconciled
+//! (`apply/mod.rs` records them; gather reads them). Without them a claim or volume reconciled
 //! again before its new Job is cached would create it a second time (a 409, but still a
 //! request), and `max-concurrent`, counting only the Jobs the cache shows, would let a
 //! burst start far more: so counting a class's Jobs and creating the next one is also one

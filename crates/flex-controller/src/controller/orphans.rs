@@ -125,12 +125,14 @@ async fn look_into(
         OrphanStep::AwaitReport if in_time => Ok(Some(RECHECK)),
         OrphanStep::AwaitReport => {
             let message = "its claim was deleted while it ran, and its pod's report is gone: what the image made cannot be cleaned up automatically; remove it by hand";
-            ctx.event(&job.object_ref(&()), true, reasons::FAILED, message)
+            ctx.apply
+                .event(&job.object_ref(&()), true, reasons::FAILED, message)
                 .await;
             Ok(None)
         }
         OrphanStep::BadReport(message) => {
-            ctx.event(&job.object_ref(&()), true, reasons::FAILED, &message)
+            ctx.apply
+                .event(&job.object_ref(&()), true, reasons::FAILED, &message)
                 .await;
             Ok(None)
         }

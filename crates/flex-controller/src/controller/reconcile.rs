@@ -42,7 +42,9 @@ pub async fn reconcile(
         Err(wait) => return Ok(wait),
     };
     let (plan, _turn) = decide(&g, &ctx).await?;
-    announce(&g, &ctx, &plan).await;
+    ctx.apply
+        .tell_claim(&g.claim, &g.class, &plan.notices)
+        .await;
     apply(&g, &ctx, plan).await
 }
 
@@ -175,7 +177,8 @@ async fn resolve_config(ctx: &Context, class: &str) -> Resolved {
             .with_label_values(&[class])
             .inc_by(errors);
         for p in &r.problems {
-            ctx.event(&on, p.is_error(), reasons::CONFIG_INVALID, &p.to_string())
+            ctx.apply
+                .event(&on, p.is_error(), reasons::CONFIG_INVALID, &p.to_string())
                 .await;
         }
     }
@@ -288,24 +291,6 @@ async fn decide(
     }
 }
 
-/// Tells the plan's notices on the claim; a first success is timed.
-async fn announce(g: &Gathered, ctx: &Context, plan: &flex_core::plan::claim::Plan) {
-    let on = g.claim.object_ref(&());
-    let fresh = ctx.tell(&on, &g.class, &plan.notices).await;
-    if fresh.contains(&flex_core::plan::NoticeKind::Provisioned)
-        && let Some(created) = g.claim.metadata.creation_timestamp.as_ref()
-    {
-        let age = jiff::Timestamp::now()
-            .duration_since(created.0)
-            .as_secs_f64()
-            .max(0.0);
-        ctx.metrics
-            .provision_duration
-            .with_label_values(&[&g.class])
-            .observe(age);
-    }
-}
-
 /// Carries out the plan's step, then looks again when the step says (a bound claim goes on
 /// to expansion).
 async fn apply(
@@ -353,7 +338,7 @@ async fn apply(
                     ..n.clone()
                 })
                 .collect();
-            ctx.tell(&pv, &g.class, &on_pv).await;
+            ctx.apply.tell(&pv, &g.class, &on_pv).await;
         }
         Step::Provisioned { patch, record } => {
             bookkeeping(g, ctx, patch, record).await?;
@@ -431,8 +416,7 @@ async fn start(g: &Gathered, ctx: &Context, attempt: u32, job: &Job) -> crate::R
     )
     .about(job)
     .action("Provision");
-    ctx.tell(&g.claim.object_ref(&()), &g.class, &[notice])
-        .await;
+    ctx.apply.tell_claim(&g.claim, &g.class, &[notice]).await;
     Ok(())
 }
 
@@ -462,18 +446,19 @@ async fn starting_problems(
                 job.name_any(),
                 ev.message.clone().unwrap_or_default()
             );
-            ctx.tell(
-                on,
-                "",
-                &[Notice::warning(
-                    format!("job-create/{}", job.uid().unwrap_or_default()),
-                    reasons::POD_NOT_STARTING,
-                    message,
+            ctx.apply
+                .tell(
+                    on,
+                    "",
+                    &[Notice::warning(
+                        format!("job-create/{}", job.uid().unwrap_or_default()),
+                        reasons::POD_NOT_STARTING,
+                        message,
+                    )
+                    .about(job.as_ref())
+                    .action("Observe")],
                 )
-                .about(job.as_ref())
-                .action("Observe")],
-            )
-            .await;
+                .await;
         }
     }
 }

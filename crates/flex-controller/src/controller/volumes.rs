@@ -93,7 +93,8 @@ pub async fn reconcile_volume(
         // The volume is gone, or another has its name now.
         return Ok(Action::await_change());
     };
-    ctx.tell(&g.pv.object_ref(&()), &g.class, &plan.notices)
+    ctx.apply
+        .tell(&g.pv.object_ref(&()), &g.class, &plan.notices)
         .await;
     apply(&g, &ctx, plan.step).await
 }
@@ -304,12 +305,15 @@ async fn apply(g: &Gathered, ctx: &Context, step: VolumeStep) -> crate::Result<A
             Action::await_change()
         }
         VolumeStep::Finish(patch) => {
-            // Done already; the cache has not caught up.
             // Marked and released in one write: a restart after it never runs the Job again.
-            let key = format!("finished/{}", g.pv_uid);
-            if apply.patch_once(&key, &pvs, &g.name, &patch).await? {
-                finished(g, ctx);
-            }
+            // Sent once: a reconcile on a cache that has not caught up yet sends nothing.
+            let first_job = g
+                .jobs()
+                .filter_map(|j| j.metadata.creation_timestamp.as_ref().map(|t| t.0))
+                .min();
+            apply
+                .finish_volume(&g.pv_uid, &g.name, &patch, &g.class, first_job)
+                .await?;
             Action::await_change()
         }
         VolumeStep::WriteRecord(record) => {
@@ -321,26 +325,4 @@ async fn apply(g: &Gathered, ctx: &Context, step: VolumeStep) -> crate::Result<A
             Action::requeue(flex_core::plan::volume::RUNNING_RECHECK)
         }
     })
-}
-
-/// A volume's storage is gone: counted, and timed from its first deprovision Job.
-fn finished(g: &Gathered, ctx: &Context) {
-    ctx.metrics
-        .delete_total
-        .with_label_values(&[&g.class])
-        .inc();
-    let first_job = g
-        .jobs()
-        .filter_map(|j| j.metadata.creation_timestamp.as_ref().map(|t| t.0))
-        .min();
-    if let Some(t) = first_job {
-        let took = jiff::Timestamp::now()
-            .duration_since(t)
-            .as_secs_f64()
-            .max(0.0);
-        ctx.metrics
-            .delete_duration
-            .with_label_values(&[&g.class])
-            .observe(took);
-    }
 }

@@ -3,18 +3,23 @@
 //! answer is read is decided here and only here: a 404 on a patch or delete means the
 //! object is gone (done, nothing to retry), a 409 on a create means it exists (adopted,
 //! never duplicated, or, for a PV, judged by the next plan from the cache). What it created
-//! is expected (`expected.rs`) until the caches show it.
+//! is expected (`expected.rs`) until the caches show it. What users are told, and the
+//! success metrics counted as it is told, is `tell.rs`.
+
+mod tell;
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::events::{Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::expected::Expected;
 use super::seen::Seen;
+use crate::metrics::Metrics;
 use flex_core::names::{ANN_STORAGE_CLASS, Action};
 
 /// What a create found.
@@ -61,14 +66,23 @@ pub struct Applier {
     /// Idempotent writes already made (a volume's record, its final patch), so a reconcile
     /// on a cache that has not caught up yet does not send them again.
     written: Seen,
+    /// Publishes the events users read (as `reporter`).
+    recorder: Recorder,
+    /// Notices already told, so each is told once per object.
+    said: Seen,
+    /// The success and failure counts, counted here as they are told (`tell.rs`).
+    metrics: std::sync::Arc<Metrics>,
 }
 
 impl Applier {
-    pub fn new(client: Client) -> Self {
+    pub fn new(client: Client, reporter: Reporter, metrics: std::sync::Arc<Metrics>) -> Self {
         Applier {
+            recorder: Recorder::new(client.clone(), reporter),
             client,
             expected: Expected::default(),
             written: Seen::default(),
+            said: Seen::default(),
+            metrics,
         }
     }
 
@@ -218,6 +232,24 @@ impl Applier {
         Ok(true)
     }
 
+    /// The write that finishes a volume whose storage is gone (`pv_uid`, named `name`),
+    /// sent once per run: counted in `delete_total` when it was sent now, and timed from
+    /// `since` (the volume's first deprovision Job).
+    pub async fn finish_volume(
+        &self,
+        pv_uid: &str,
+        name: &str,
+        patch: &serde_json::Value,
+        class: &str,
+        since: Option<jiff::Timestamp>,
+    ) -> crate::Result<()> {
+        let key = format!("finished/{pv_uid}");
+        if self.patch_once(&key, &self.volumes(), name, patch).await? {
+            self.count_deleted(class, since);
+        }
+        Ok(())
+    }
+
     /// A merge patch of the status subresource; an object gone meanwhile is done with
     /// (`false`).
     pub async fn patch_status<K>(
@@ -272,6 +304,7 @@ mod tests {
     use http::{Method, Request, Response};
     use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume};
     use kube::client::Body;
+    use kube::runtime::events::Reporter;
     use tower_test::mock;
 
     type Handle = mock::Handle<Request<Body>, Response<Body>>;
@@ -279,6 +312,14 @@ mod tests {
     fn client() -> (Client, Handle) {
         let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
         (Client::new(service, "default"), handle)
+    }
+
+    fn applier(client: Client) -> Applier {
+        let reporter = Reporter {
+            controller: "flex-provisioner".into(),
+            instance: Some("test".into()),
+        };
+        Applier::new(client, reporter, Default::default())
     }
 
     fn status(code: u16, reason: &str) -> Response<Body> {
@@ -330,21 +371,21 @@ mod tests {
             serve(&mut handle, status(500, "InternalError")).await;
         });
         assert_eq!(
-            Applier::new(client.clone())
+            applier(client.clone())
                 .create_or_adopt(&record())
                 .await
                 .unwrap(),
             Created::New
         );
         assert_eq!(
-            Applier::new(client.clone())
+            applier(client.clone())
                 .create_or_adopt(&record())
                 .await
                 .unwrap(),
             Created::Existed
         );
         assert!(
-            Applier::new(client.clone())
+            applier(client.clone())
                 .create_or_adopt(&record())
                 .await
                 .is_err(),
@@ -356,7 +397,7 @@ mod tests {
     #[tokio::test]
     async fn a_patch_or_delete_of_what_is_gone_is_done_and_a_delete_names_its_object() {
         let (client, mut handle) = client();
-        let apply = Applier::new(client);
+        let apply = applier(client);
         let server = tokio::spawn(async move {
             let (m, path, _) = serve(&mut handle, status(404, "NotFound")).await;
             assert_eq!(
@@ -411,7 +452,7 @@ mod tests {
             assert_eq!(path, "/api/v1/persistentvolumes");
             serve(&mut handle, ok(serde_json::json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pvc-c2"}}))).await;
         });
-        let apply = Applier::new(client);
+        let apply = applier(client);
         let job = provision_job();
         assert_eq!(
             apply.create_job(&job, "c1").await.unwrap(),
@@ -461,13 +502,74 @@ mod tests {
             );
             assert_eq!(body["status"]["phase"], "Bound");
         });
-        let apply = Applier::new(client);
+        let apply = applier(client);
         apply.create_once("record/r", &record()).await.unwrap();
         apply.create_once("record/r", &record()).await.unwrap();
         let patch = serde_json::json!({"status": {"phase": "Bound"}});
         let claims = apply.claims("a");
         let there = apply.patch_status(&claims, "data", &patch).await.unwrap();
         assert!(!there, "the claim was gone");
+        server.await.unwrap();
+    }
+
+    /// A success is counted when it is told, once however often it is planned, and timed
+    /// from the claim's creation; a finished volume is counted once, when its write is sent.
+    #[tokio::test]
+    async fn what_is_told_is_counted_once_and_a_volume_finished_once() {
+        let (client, mut handle) = client();
+        let server = tokio::spawn(async move {
+            let (m, path, body) = serve(&mut handle, ok(serde_json::json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "e"}, "eventTime": "2026-01-01T00:00:00.000000Z"}))).await;
+            assert_eq!(
+                (m, path.as_str()),
+                (Method::POST, "/apis/events.k8s.io/v1/namespaces/a/events")
+            );
+            assert_eq!(body["reason"], "ProvisioningSucceeded");
+            assert_eq!(body["regarding"]["name"], "data");
+            let (m, path, _) = serve(&mut handle, ok(serde_json::json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pvc-u1"}}))).await;
+            assert_eq!(
+                (m, path.as_str()),
+                (Method::PATCH, "/api/v1/persistentvolumes/pvc-u1")
+            );
+        });
+        let apply = applier(client);
+        let claim: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "data", "namespace": "a", "uid": "u1",
+                         "creationTimestamp": "2026-01-01T00:00:00Z"}}))
+        .unwrap();
+        let done = flex_core::plan::Notice::normal(
+            "provisioned/u1",
+            flex_core::plan::reasons::SUCCEEDED,
+            "Successfully provisioned volume pvc-u1",
+        )
+        .counted_as(flex_core::plan::NoticeKind::Provisioned);
+        for _ in 0..3 {
+            apply
+                .tell_claim(&claim, "gold", std::slice::from_ref(&done))
+                .await;
+        }
+        let m = apply.metrics.clone();
+        assert_eq!(m.provision_total.with_label_values(&["gold"]).get(), 1);
+        let timed = m.provision_duration.with_label_values(&["gold"]);
+        assert_eq!(timed.get_sample_count(), 1);
+        assert!(
+            timed.get_sample_sum() > 0.0,
+            "timed from the claim's creation"
+        );
+        let release = serde_json::json!({"metadata": {"finalizers": null}});
+        for _ in 0..2 {
+            apply
+                .finish_volume("u1", "pvc-u1", &release, "gold", None)
+                .await
+                .unwrap();
+        }
+        assert_eq!(m.delete_total.with_label_values(&["gold"]).get(), 1);
+        assert_eq!(
+            m.delete_duration
+                .with_label_values(&["gold"])
+                .get_sample_count(),
+            0,
+            "nothing to time it from"
+        );
         server.await.unwrap();
     }
 }

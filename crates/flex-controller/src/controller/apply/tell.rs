@@ -1,0 +1,122 @@
+//! What the applier tells users, and the metrics of what was done: each notice is published
+//! as an event once per object, and the success and failure counts move with it (by the
+//! notice's kind), so a metric counts what users were told and nothing twice.
+
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim};
+use kube::Resource;
+use kube::runtime::events::{Event, EventType};
+
+use super::Applier;
+use flex_core::plan::{Notice, NoticeKind};
+
+/// Seconds from `since` until now; never negative (the API server's clock may run ahead).
+fn seconds_since(since: jiff::Timestamp) -> f64 {
+    jiff::Timestamp::now()
+        .duration_since(since)
+        .as_secs_f64()
+        .max(0.0)
+}
+
+impl Applier {
+    /// Publishes each notice the first time it is seen on `on`, counting it by its kind.
+    pub async fn tell(&self, on: &ObjectReference, class: &str, notices: &[Notice]) {
+        self.tell_fresh(on, class, notices).await;
+    }
+
+    /// Tells notices on a claim; its first success is also timed, from the claim's
+    /// creation (`provision_duration`).
+    pub async fn tell_claim(&self, claim: &PersistentVolumeClaim, class: &str, notices: &[Notice]) {
+        let fresh = self
+            .tell_fresh(&claim.object_ref(&()), class, notices)
+            .await;
+        if fresh.contains(&NoticeKind::Provisioned)
+            && let Some(created) = claim.metadata.creation_timestamp.as_ref()
+        {
+            self.metrics
+                .provision_duration
+                .with_label_values(&[class])
+                .observe(seconds_since(created.0));
+        }
+    }
+
+    /// The kinds of the notices that were new, each published and counted.
+    async fn tell_fresh(
+        &self,
+        on: &ObjectReference,
+        class: &str,
+        notices: &[Notice],
+    ) -> Vec<NoticeKind> {
+        let mut fresh = Vec::new();
+        for n in notices {
+            // Once per object: a class's problem is told on each of its claims.
+            let scoped = format!("{}/{}", on.uid.as_deref().unwrap_or_default(), n.key);
+            if !self.said.insert(&scoped) {
+                continue;
+            }
+            let m = &self.metrics;
+            match n.kind {
+                NoticeKind::Provisioned => m.provision_total.with_label_values(&[class]).inc(),
+                NoticeKind::ProvisionFailed => {
+                    m.provision_failed_total.with_label_values(&[class]).inc()
+                }
+                NoticeKind::DeleteFailed => m.delete_failed_total.with_label_values(&[class]).inc(),
+                NoticeKind::Other => {}
+            }
+            self.publish(
+                on,
+                n.warning,
+                n.reason,
+                &n.message,
+                n.action,
+                n.related.clone(),
+            )
+            .await;
+            fresh.push(n.kind);
+        }
+        fresh
+    }
+
+    /// Publishes an event now, whether or not it was said before (a problem found on a
+    /// write of its own, such as a ConfigMap's or an orphaned Job's).
+    pub async fn event(&self, on: &ObjectReference, warning: bool, reason: &str, message: &str) {
+        self.publish(on, warning, reason, message, "Provision", None)
+            .await;
+    }
+
+    async fn publish(
+        &self,
+        on: &ObjectReference,
+        warning: bool,
+        reason: &str,
+        message: &str,
+        action: &str,
+        related: Option<ObjectReference>,
+    ) {
+        let ev = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.into(),
+            note: Some(message.chars().take(1000).collect()),
+            action: action.into(),
+            secondary: related,
+        };
+        if let Err(e) = self.recorder.publish(&ev, on).await {
+            tracing::warn!(error = %e, reason, "cannot publish an event");
+        }
+    }
+
+    /// A volume's storage is gone: counted, and timed from `since` (its first deprovision
+    /// Job), when there is one.
+    pub(super) fn count_deleted(&self, class: &str, since: Option<jiff::Timestamp>) {
+        self.metrics.delete_total.with_label_values(&[class]).inc();
+        if let Some(t) = since {
+            self.metrics
+                .delete_duration
+                .with_label_values(&[class])
+                .observe(seconds_since(t));
+        }
+    }
+}
