@@ -279,3 +279,84 @@ async fn an_attempt_of_four_billion_and_a_failing_image_slow_nothing() {
     assert_eq!(now.holder_identity.as_deref(), Some("first"), "no takeover");
     assert_eq!(now.lease_transitions, transitions, "no second leader");
 }
+
+/// A claim's author writes a node that does not exist into the claim's selected-node
+/// annotation (as the scheduler would have, for a node deleted since): no Job is made for
+/// it, the selection is removed with a warning naming the node, and once a pod uses the
+/// claim, the node the scheduler picks gets the volume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_selected_node_that_does_not_exist_goes_back_to_the_scheduler() {
+    use k8s_openapi::api::core::v1::Pod;
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    class(
+        &sb,
+        "local",
+        "WaitForFirstConsumer",
+        "make-pv",
+        json!({"node-local": "true", "node": "{{node.name}}"}),
+    )
+    .await;
+    let selected = "volume.kubernetes.io/selected-node";
+    let astray = create_claim(
+        &sb,
+        json!({"metadata": {"name": "astray", "annotations": {selected: "no-such-node"}},
+               "spec": {"storageClassName": "local", "accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": "1Gi"}}}}),
+    )
+    .await;
+    wait_event(
+        &sb,
+        "astray",
+        "ProvisioningFailed",
+        "\"no-such-node\" selected for this claim does not exist",
+        60,
+    )
+    .await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(sb.client().unwrap(), "default");
+    eventually(30, "the selection removed from the claim", || async {
+        let c = claims.get("astray").await.ok()?;
+        (!c.annotations().contains_key(selected)).then_some(())
+    })
+    .await;
+    let uid = astray.uid().unwrap();
+    assert!(
+        jobs_for(&sb, &uid).await.is_empty(),
+        "no Job for a node that does not exist"
+    );
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "app"},
+        "spec": {"nodeSelector": {"kubernetes.io/hostname": "node-b"},
+                 "containers": [{"name": "c", "image": "make-pv"}],
+                 "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "astray"}}]}}))
+    .unwrap();
+    Api::<Pod>::namespaced(sb.client().unwrap(), "default")
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+    let bound_claim = bound(&sb, "astray", 60).await;
+    let pv_name = bound_claim.spec.unwrap().volume_name.unwrap();
+    let pv = volumes(&sb)
+        .await
+        .into_iter()
+        .find(|v| v.name_any() == pv_name)
+        .unwrap();
+    let term = &pv
+        .spec
+        .unwrap()
+        .node_affinity
+        .unwrap()
+        .required
+        .unwrap()
+        .node_selector_terms[0];
+    assert_eq!(
+        term.match_expressions.as_ref().unwrap()[0].values,
+        Some(vec!["node-b".to_string()]),
+        "made on the node the scheduler picked"
+    );
+    let said = our_events_about(&sb, "astray").await;
+    assert_eq!(
+        said.iter().filter(|m| m.contains("no-such-node")).count(),
+        1,
+        "told once: {said:?}"
+    );
+}

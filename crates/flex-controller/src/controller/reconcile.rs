@@ -245,6 +245,7 @@ async fn decide(
     };
     let plan_with = |prepared: Option<&Prepared>,
                      read: Option<&Option<PersistentVolume>>,
+                     node_read: Option<&Option<NodeInfo>>,
                      active_jobs_of_class: usize| {
         let inputs = ClaimInputs {
             claim: &g.claim,
@@ -255,7 +256,8 @@ async fn decide(
             pods: g.pods.iter().map(AsRef::as_ref).collect(),
             pv: read.map_or(g.pv.as_deref(), Option::as_ref),
             pv_absence_confirmed: read.is_some_and(Option::is_none),
-            node: g.node.as_ref(),
+            node: node_read.map_or(g.node.as_ref(), Option::as_ref),
+            node_absence_confirmed: node_read.is_some_and(Option::is_none),
             active_jobs_of_class,
             prepared,
             retry_base: opts.retry_base,
@@ -265,10 +267,10 @@ async fn decide(
         };
         plan_claim(&inputs)
     };
-    let (mut prepared, mut read, mut turn, mut active) = (None, None, None, 0);
+    let (mut prepared, mut read, mut node_read, mut turn, mut active) = (None, None, None, None, 0);
     loop {
         // No Job is started without what it is made from: until then the count is not read.
-        let plan = plan_with(prepared.as_ref(), read.as_ref(), active);
+        let plan = plan_with(prepared.as_ref(), read.as_ref(), node_read.as_ref(), active);
         match plan.step {
             Step::Prepare if prepared.is_none() => match prepare(g, ctx).await? {
                 Some(p) => {
@@ -286,9 +288,31 @@ async fn decide(
                 let what = format!("PersistentVolume {name}");
                 read = Some(pvs.get_opt(&name).await.map_err(crate::Error::read(what))?);
             }
+            Step::ConfirmNode if node_read.is_none() => {
+                node_read = Some(read_selected_node(g, ctx).await?);
+            }
             _ => return Ok((plan, turn)),
         }
     }
+}
+
+/// The node the claim's selected-node annotation names, as the API server has it.
+async fn read_selected_node(g: &Gathered, ctx: &Context) -> crate::Result<Option<NodeInfo>> {
+    // The claim's author may write any text there: only a node's name goes into the path.
+    let Some(name) = g
+        .claim
+        .annotations()
+        .get(ANN_SELECTED_NODE)
+        .filter(|n| flex_core::names::is_dns_subdomain(n))
+    else {
+        return Ok(None);
+    };
+    let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(ctx.client.clone());
+    let node = nodes
+        .get_opt(name)
+        .await
+        .map_err(crate::Error::read(format!("Node {name}")))?;
+    Ok(node.as_ref().map(NodeInfo::from_node))
 }
 
 /// Carries out the plan's step, then looks again when the step says (a bound claim goes on
@@ -314,6 +338,12 @@ async fn apply(
         }
         Step::Running { attempt } => {
             starting_problems(ctx, &g.claim.object_ref(&()), &g.jobs, attempt).await;
+        }
+        Step::Reschedule { patch } => {
+            let claims = ctx.apply.claims(&g.claim.namespace().unwrap_or_default());
+            ctx.apply
+                .patch(&claims, &g.claim.name_any(), &patch)
+                .await?;
         }
         Step::RecordAttempt { attempt, .. } => {
             // Once, and only because the failed Job expires before the next attempt.
@@ -356,6 +386,7 @@ async fn apply(
         | Step::AwaitNode
         | Step::Prepare
         | Step::ConfirmPv
+        | Step::ConfirmNode
         | Step::Blocked
         | Step::AwaitSource
         | Step::Throttled

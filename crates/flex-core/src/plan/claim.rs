@@ -19,7 +19,9 @@ use crate::job::{
     JobOutcome, JobRecipe, ProvisionContext, attempt_of, outcome, pod_failure, pods_of,
     provision_job, report_of,
 };
-use crate::names::{ANN_STORAGE_PROVISIONER, ANN_STORAGE_PROVISIONER_BETA, fnv1a32, pv_name};
+use crate::names::{
+    ANN_SELECTED_NODE, ANN_STORAGE_PROVISIONER, ANN_STORAGE_PROVISIONER_BETA, fnv1a32, pv_name,
+};
 use crate::rendered::{RenderFailure, Rendered};
 use crate::volume::{Expected, PvCheck, pv_template, pv_with_source, verify};
 
@@ -60,7 +62,11 @@ pub struct ClaimInputs<'a> {
     /// The API server itself (not a cache that may lag behind the Job's completion) said
     /// that PV does not exist.
     pub pv_absence_confirmed: bool,
+    /// The node the claim's selected-node annotation names, from the node cache or, once
+    /// the planner asked ([`Step::ConfirmNode`]), from the API server.
     pub node: Option<&'a NodeInfo>,
+    /// The API server itself said the selected node does not exist.
+    pub node_absence_confirmed: bool,
     /// Provisioning Jobs of this class that are still running (for `max-concurrent`).
     pub active_jobs_of_class: usize,
     /// What an attempt would be made from now, once the planner asked for it
@@ -116,8 +122,15 @@ pub enum Step {
     Ignore,
     /// WaitForFirstConsumer: no node selected yet.
     WaitForNode,
-    /// The node the scheduler selected is not in the node cache yet (it just joined): a Job
-    /// made now would lack its placement and the PV its node affinity.
+    /// The node the claim names is not in the node cache: ask the API server (the cache
+    /// may not show a node that just joined), then plan again with its answer.
+    ConfirmNode,
+    /// The node the claim names does not exist and no attempt has started: hand the claim
+    /// back to the scheduler by removing its selected-node annotation (this patch, under
+    /// the claim's resourceVersion), as Kubernetes' own provisioners do.
+    Reschedule { patch: Value },
+    /// The node an attempt was started for is gone from the node cache: a Job or PV made
+    /// now would lack its placement or its node affinity, so the claim waits for it.
     AwaitNode,
     /// Nothing can happen until the claim or the configuration changes.
     Blocked,
@@ -181,7 +194,6 @@ const BLOCKED_RECHECK: Duration = Duration::from_secs(60);
 /// the cache.
 const SOURCE_RECHECK: Duration = Duration::from_secs(5);
 const THROTTLED_RECHECK: Duration = Duration::from_secs(5);
-const NODE_RECHECK: Duration = Duration::from_secs(2);
 /// A read or removal in flight: its answer comes within moments.
 const SOON: Duration = Duration::from_secs(1);
 
@@ -200,8 +212,12 @@ impl Step {
             Step::Blocked | Step::Prepare => Some(BLOCKED_RECHECK),
             Step::AwaitSource => Some(SOURCE_RECHECK),
             Step::Throttled => Some(THROTTLED_RECHECK),
-            Step::AwaitNode => Some(NODE_RECHECK),
-            Step::ConfirmPv
+            // No watch of nodes brings the claim back.
+            Step::AwaitNode => Some(BLOCKED_RECHECK),
+            // The patch changes the claim, which brings it back.
+            Step::Reschedule { .. } => None,
+            Step::ConfirmNode
+            | Step::ConfirmPv
             | Step::AwaitPvRemoval
             | Step::AwaitReport
             | Step::RemoveWrongPv { .. } => Some(SOON),
@@ -492,14 +508,48 @@ fn gate<'a>(i: &ClaimInputs<'a>) -> Result<Gated<'a>, Plan> {
     if config.class.waits_for_consumer() && request.selected_node.is_none() {
         return Err(plan(Step::WaitForNode, vec![]));
     }
-    if stage == Stage::Pending && request.selected_node.is_some() && i.node.is_none() {
-        return Err(plan(Step::AwaitNode, vec![]));
+    if stage == Stage::Pending
+        && i.node.is_none()
+        && let Some(node) = &request.selected_node
+    {
+        return Err(node_missing(i, node));
     }
     Ok(Gated {
         stage,
         request,
         config,
     })
+}
+
+/// The claim names a node the node cache does not show. Before any attempt, the API server
+/// is asked; a node it does not know either (deleted after the scheduler chose it, or
+/// written by the claim's author) is handed back to the scheduler. Once an attempt has
+/// started, its Job was made for that node: the claim waits, and says why.
+fn node_missing(i: &ClaimInputs<'_>, node: &str) -> Plan {
+    let shown: String = node.chars().take(253).collect();
+    let key = short_hash(node);
+    if !i.jobs.is_empty() || i.created_attempt.is_some() {
+        let message = format!(
+            "the node \"{shown}\" this claim's attempt was started for is not in the cluster; provisioning waits until it is back"
+        );
+        let notice =
+            Notice::warning(format!("node-gone/{key}"), reasons::FAILED, message).action("Observe");
+        return plan(Step::AwaitNode, vec![notice]);
+    }
+    // A name no node can have is not asked about: it would become the path of the read.
+    if !i.node_absence_confirmed && crate::names::is_dns_subdomain(node) {
+        return plan(Step::ConfirmNode, vec![]);
+    }
+    let patch = serde_json::json!({"metadata": {
+        "annotations": {ANN_SELECTED_NODE: null},
+        "resourceVersion": i.claim.metadata.resource_version,
+    }});
+    let message = format!(
+        "the node \"{shown}\" selected for this claim does not exist; the selection is removed so that the scheduler chooses again"
+    );
+    let notice =
+        Notice::warning(format!("reschedule/{key}"), reasons::FAILED, message).action("Reschedule");
+    plan(Step::Reschedule { patch }, vec![notice])
 }
 
 /// A claim past the gate, with what its Jobs, pods and annotations say.

@@ -107,6 +107,7 @@ struct Case<'a> {
     created: Option<u32>,
     class_provisioner: Option<&'a str>,
     node: Option<NodeInfo>,
+    node_absence_confirmed: bool,
 }
 
 fn case(config: &ClassConfig) -> Case<'_> {
@@ -124,6 +125,7 @@ fn case(config: &ClassConfig) -> Case<'_> {
         created: None,
         class_provisioner: Some(P),
         node: None,
+        node_absence_confirmed: false,
     }
 }
 
@@ -157,6 +159,7 @@ fn plan_unprepared(c: &Case<'_>, prepared: Option<&Prepared>) -> Plan {
         pv: c.pv.as_ref(),
         pv_absence_confirmed: c.pv_absence_confirmed,
         node: c.node.as_ref(),
+        node_absence_confirmed: c.node_absence_confirmed,
         active_jobs_of_class: c.active,
         prepared,
         retry_base: Duration::from_secs(10),
@@ -357,16 +360,78 @@ fn wait_for_first_consumer_waits_for_a_node() {
         ),
         ..case(&cfg)
     };
-    // Selected, but the node cache does not show the node yet: no Job without its placement.
+    // Selected, but the node cache does not show the node yet (it may have just joined):
+    // the API server is asked before anything is decided.
     let p = run(&c);
-    assert_eq!(p.step, Step::AwaitNode);
-    assert_eq!(p.step.recheck(), Some(Duration::from_secs(2)));
+    assert_eq!(p.step, Step::ConfirmNode);
+    assert!(p.notices.is_empty(), "{:?}", p.notices);
     let node: k8s_openapi::api::core::v1::Node =
         serde_json::from_value(json!({"metadata": {"name": "n1"}})).unwrap();
     c.node = Some(NodeInfo::from_node(&node));
     let p = run(&c);
     assert_eq!(starts(&p), Some(1));
     assert_eq!(p.step.recheck(), Some(RUNNING_RECHECK));
+}
+
+/// A selected node that does not exist (deleted after the scheduler chose it, or written
+/// by the claim's author) is handed back to the scheduler before any attempt; once one has
+/// started, the claim waits for the node its Job was made for, and says so.
+#[test]
+fn a_selected_node_that_does_not_exist_goes_back_to_the_scheduler() {
+    let cfg = config(json!({}), "WaitForFirstConsumer");
+    let ghost = |node: &str| {
+        claim(json!({"metadata": {"resourceVersion": "41",
+                                  "annotations": {"volume.kubernetes.io/selected-node": node}}}))
+    };
+    let mut c = Case {
+        claim: ghost("gone-node"),
+        node_absence_confirmed: true,
+        ..case(&cfg)
+    };
+    let p = run(&c);
+    let Step::Reschedule { patch } = &p.step else {
+        panic!("{:?}", p.step)
+    };
+    assert_eq!(
+        patch,
+        &json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": null},
+                             "resourceVersion": "41"}}),
+        "only the selection goes, and only from the claim the plan was made from"
+    );
+    assert_eq!(p.step.recheck(), None, "the patch brings the claim back");
+    assert_eq!(p.notices.len(), 1);
+    assert_eq!(p.notices[0].reason, reasons::FAILED);
+    assert!(
+        p.notices[0]
+            .message
+            .contains("\"gone-node\" selected for this claim does not exist"),
+        "{}",
+        p.notices[0].message
+    );
+    // A name no node can have is never asked about: it would be the path of the read.
+    c.node_absence_confirmed = false;
+    c.claim = ghost("../../namespaces/kube-system/secrets/x");
+    assert!(matches!(run(&c).step, Step::Reschedule { .. }));
+    c.claim = ghost(&"n".repeat(5000));
+    let p = run(&c);
+    assert!(matches!(p.step, Step::Reschedule { .. }));
+    assert!(p.notices[0].message.len() < 400, "the name is cut short");
+    // An attempt has started: its Job was made for that node; no new selection, no Job.
+    c.claim = ghost("gone-node");
+    c.jobs = vec![job(1, json!({}), "h1")];
+    let p = run(&c);
+    assert_eq!(p.step, Step::AwaitNode);
+    assert_eq!(p.step.recheck(), Some(Duration::from_secs(60)));
+    assert!(
+        p.notices[0]
+            .message
+            .contains("\"gone-node\" this claim's attempt was started for"),
+        "{:?}",
+        p.notices
+    );
+    c.jobs.clear();
+    c.created = Some(1);
+    assert_eq!(run(&c).step, Step::AwaitNode, "created, not cached yet");
 }
 
 #[test]
