@@ -28,6 +28,10 @@ pub enum Error {
     /// Carrying out a write a plan decided on.
     #[error("{what}: Kubernetes API: {source}")]
     Write { what: String, source: kube::Error },
+    /// What an attempt is made from could not be prepared: the task that renders and
+    /// digests it ended without an answer (a fault of the controller, never of the input).
+    #[error("preparing claim {claim}: {message}")]
+    Prepare { claim: String, message: String },
     #[error("leadership was lost; stopping so that only the new leader acts")]
     LeadershipLost,
     #[error("cannot start the thread that renews the leader Lease: {0}")]
@@ -50,6 +54,7 @@ impl Error {
             Error::Preflight { .. } => "preflight",
             Error::Read { .. } => "read",
             Error::Write { .. } => "write",
+            Error::Prepare { .. } => "prepare",
             Error::LeadershipLost
             | Error::LeaseThread(_)
             | Error::LeaseNamespaceMissing { .. }
@@ -127,5 +132,19 @@ mod tests {
             "{read}"
         );
         assert_eq!(Error::LeadershipLost.status_code(), None);
+        let prepare = Error::Prepare {
+            claim: "a/data".into(),
+            message: "task 7 panicked".into(),
+        };
+        assert_eq!(prepare.category(), "prepare");
+        assert_eq!(
+            prepare.to_string(),
+            "preparing claim a/data: task 7 panicked"
+        );
+        assert_eq!(
+            prepare.status_code(),
+            None,
+            "backed off, never taken for a 404"
+        );
     }
 }

@@ -210,7 +210,30 @@ async fn prepare(g: &Gathered, ctx: &Context) -> crate::Result<Option<Prepared>>
     let (config, node) = (config.clone(), g.node.clone());
     let name = ctx.opts.provisioner_name.clone();
     let work = move || Prepared::here(&config, &request, node.as_ref(), &name, source);
-    Ok(tokio::task::spawn_blocking(work).await.ok())
+    match tokio::task::spawn_blocking(work).await {
+        Ok(prepared) => Ok(Some(prepared)),
+        Err(e) => {
+            // A panic while rendering: said on the claim, and retried with backoff.
+            let claim = format!(
+                "{}/{}",
+                g.claim.namespace().unwrap_or_default(),
+                g.claim.name_any()
+            );
+            let message = format!(
+                "the provisioner could not prepare this claim's attempt ({e}); it retries with backoff: please report this with the class's ConfigMap"
+            );
+            let notice = Notice::warning(
+                format!("prepare-failed/{}", g.uid),
+                reasons::CONTROLLER_BLOCKED,
+                message,
+            );
+            ctx.apply.tell_claim(&g.claim, &g.class, &[notice]).await;
+            Err(crate::Error::Prepare {
+                claim,
+                message: e.to_string(),
+            })
+        }
+    }
 }
 
 /// Running provisioning Jobs of a class, those created here but not cached yet included.
