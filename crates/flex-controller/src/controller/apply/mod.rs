@@ -572,4 +572,16 @@ mod tests {
         );
         server.await.unwrap();
     }
+
+    /// A note is cut by bytes at a character boundary: the API server counts bytes.
+    #[test]
+    fn a_note_fits_the_api_servers_limit_in_bytes() {
+        assert_eq!(tell::note("short"), "short");
+        let wide = "\u{1F4BE}".repeat(400); // 4 bytes each: 1,600 bytes, 400 characters
+        let cut = tell::note(&wide);
+        assert!(cut.len() <= 1000 && cut.len() > 990, "{}", cut.len());
+        assert_eq!(cut.len() % 4, 0, "never inside a character");
+        let ascii = "x".repeat(5000);
+        assert_eq!(tell::note(&ascii).len(), 1000);
+    }
 }

@@ -17,6 +17,21 @@ fn seconds_since(since: jiff::Timestamp) -> f64 {
         .max(0.0)
 }
 
+/// What an event's note may hold: the API server refuses a note over 1,024 bytes (not
+/// characters: a message of multi-byte text cut at 1,000 characters was refused, and the
+/// user told nothing), so it is cut at a character boundary within 1,000 bytes.
+pub(super) fn note(message: &str) -> &str {
+    const MOST: usize = 1000;
+    if message.len() <= MOST {
+        return message;
+    }
+    let end = (0..=MOST)
+        .rev()
+        .find(|i| message.is_char_boundary(*i))
+        .unwrap_or(0);
+    &message[..end]
+}
+
 impl Applier {
     /// Publishes each notice the first time it is seen on `on`, counting it by its kind.
     pub async fn tell(&self, on: &ObjectReference, class: &str, notices: &[Notice]) {
@@ -99,7 +114,7 @@ impl Applier {
                 EventType::Normal
             },
             reason: reason.into(),
-            note: Some(message.chars().take(1000).collect()),
+            note: Some(note(message).to_owned()),
             action: action.into(),
             secondary: related,
         };

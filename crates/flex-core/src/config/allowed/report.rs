@@ -15,7 +15,7 @@ use super::{
 const NODE_CREDENTIAL_FILES: &[(&str, &str)] = &[("rbd", "keyring"), ("cephfs", "secretFile")];
 
 /// How a reported value appears in a message: as written when it is plain text, quoted and
-/// escaped otherwise, and cut short (events are at most 1,000 characters).
+/// escaped otherwise, and cut short (an event holds at most 1,000 bytes).
 fn as_shown(value: &str) -> String {
     let cut: String = value.chars().take(256).collect();
     let cut = if cut.len() < value.len() {
