@@ -156,6 +156,117 @@ async fn wait_for_first_consumer_node_local_runs_on_the_selected_node() {
     );
 }
 
+/// The controller's client with every list and watch of nodes narrowed to those without
+/// `label`: a node carrying it exists for the API server but never reaches the node cache,
+/// as a node that joined a moment ago.
+async fn controller_blind_to_nodes_labelled(
+    sb: &common::cluster::Cluster,
+    label: &'static str,
+) -> tokio::task::JoinHandle<()> {
+    let config = config_as(sb.config(), CONTROLLER_NS, "flex-provisioner").await;
+    let narrow =
+        tower::util::MapRequestLayer::new(move |mut r: http::Request<kube::client::Body>| {
+            if r.uri().path() == "/api/v1/nodes" {
+                let mut query: Vec<String> = r
+                    .uri()
+                    .query()
+                    .unwrap_or_default()
+                    .split('&')
+                    .filter(|p| !p.is_empty() && !p.starts_with("labelSelector="))
+                    .map(str::to_owned)
+                    .collect();
+                query.push(format!("labelSelector=%21{}", label.replace('/', "%2F")));
+                *r.uri_mut() = format!("/api/v1/nodes?{}", query.join("&"))
+                    .parse()
+                    .unwrap();
+            }
+            r
+        });
+    let client = kube::client::ClientBuilder::try_from(config)
+        .unwrap()
+        .with_layer(&narrow)
+        .build();
+    tokio::spawn(async move {
+        if let Err(e) = flex_controller::controller::run(client, options()).await {
+            panic!("controller stopped: {e}");
+        }
+    })
+}
+
+/// The scheduler selects a node the controller's node cache does not show (it joined a
+/// moment ago): the controller asks the API server for it and provisions on it at once, its
+/// name rendered into the Job, instead of waiting or blocking the claim.
+#[tokio::test]
+async fn a_selected_node_the_cache_lacks_is_read_and_used() {
+    let sb = sandbox().await;
+    let hidden = "flex-test.io/not-cached";
+    let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(sb.client().unwrap());
+    let label = serde_json::json!({"metadata": {"labels": {hidden: "true"}}});
+    nodes
+        .patch(
+            "node-b",
+            &Default::default(),
+            &kube::api::Patch::Merge(&label),
+        )
+        .await
+        .unwrap();
+    let _c = controller_blind_to_nodes_labelled(&sb, hidden).await;
+    class(
+        &sb,
+        "local",
+        "WaitForFirstConsumer",
+        "make-pv",
+        serde_json::json!({"node-local": "true", "node": "{{node.name}}"}),
+    )
+    .await;
+    claim(&sb, "data", "local").await;
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({"metadata": {"name": "app"},
+        "spec": {"nodeSelector": {"kubernetes.io/hostname": "node-b"}, "containers": [{"name": "c", "image": "make-pv"}],
+                 "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}}))
+    .unwrap();
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(sb.client().unwrap(), "default")
+        .create(&Default::default(), &pod)
+        .await
+        .unwrap();
+    let c = bound(&sb, "data", 60).await;
+    let pv = volumes(&sb)
+        .await
+        .into_iter()
+        .find(|v| v.metadata.name == c.spec.as_ref().unwrap().volume_name)
+        .unwrap();
+    let term = &pv
+        .spec
+        .unwrap()
+        .node_affinity
+        .unwrap()
+        .required
+        .unwrap()
+        .node_selector_terms[0];
+    assert_eq!(
+        term.match_expressions.as_ref().unwrap()[0].values,
+        Some(vec!["node-b".to_string()])
+    );
+    let job = jobs(&sb)
+        .await
+        .into_iter()
+        .next()
+        .expect("the provisioning Job");
+    let env = job.spec.unwrap().template.spec.unwrap().containers[0]
+        .env
+        .clone()
+        .unwrap();
+    assert!(
+        env.iter()
+            .any(|e| e.name == "NODE" && e.value.as_deref() == Some("node-b")),
+        "the node read from the API server is rendered: {env:?}"
+    );
+    let warned = events_saying(&sb, "does not exist").await;
+    assert!(
+        warned.is_empty(),
+        "a node that exists is never said to be missing: {warned:?}"
+    );
+}
+
 #[tokio::test]
 async fn transient_failures_are_retried_with_growing_delays_and_reported() {
     let sb = sandbox().await;

@@ -168,9 +168,11 @@ async fn auth_can_i_tells_the_truth_about_deploy_roles() {
             "no",
         ),
         (CONTROLLER, "get secrets -n flex-provisioner", "no"),
-        // Caches, not reads per claim: nodes and the Job controller's events are watched.
+        // Caches, not reads per claim: nodes and the Job controller's events are watched; a
+        // node is read only when a claim names one the cache lacks, and never written.
         (CONTROLLER, "watch nodes", "yes"),
-        (CONTROLLER, "get nodes", "no"),
+        (CONTROLLER, "get nodes", "yes"),
+        (CONTROLLER, "patch nodes", "no"),
         (CONTROLLER, "watch events -n flex-provisioner-config", "yes"),
         (CONTROLLER, "watch events -n default", "no"),
         (WRITER, "create persistentvolumes", "yes"),

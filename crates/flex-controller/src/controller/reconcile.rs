@@ -190,7 +190,11 @@ async fn resolve_config(ctx: &Context, class: &str) -> Resolved {
 /// stalls the reconciles of other classes), and a data source of a kind the class lists
 /// resolved (the record of a clone's source is read from the API server until the Job
 /// exists). `None`: nothing can be prepared (the planner asks only once its gate passed).
-async fn prepare(g: &Gathered, ctx: &Context) -> crate::Result<Option<Prepared>> {
+async fn prepare(
+    g: &Gathered,
+    ctx: &Context,
+    node: Option<&NodeInfo>,
+) -> crate::Result<Option<Prepared>> {
     let (Resolved::Ready(config), Ok(request)) = (&g.resolved, ClaimRequest::from_claim(&g.claim))
     else {
         return Ok(None);
@@ -207,7 +211,7 @@ async fn prepare(g: &Gathered, ctx: &Context) -> crate::Result<Option<Prepared>>
         }
         _ => None,
     };
-    let (config, node) = (config.clone(), g.node.clone());
+    let (config, node) = (config.clone(), node.cloned());
     let name = ctx.opts.provisioner_name.clone();
     let work = move || Prepared::here(&config, &request, node.as_ref(), &name, source);
     match tokio::task::spawn_blocking(work).await {
@@ -268,7 +272,7 @@ async fn decide(
     };
     let plan_with = |prepared: Option<&Prepared>,
                      read: Option<&Option<PersistentVolume>>,
-                     node_read: Option<&Option<NodeInfo>>,
+                     node: &SelectedNode,
                      active_jobs_of_class: usize| {
         let inputs = ClaimInputs {
             claim: &g.claim,
@@ -279,8 +283,8 @@ async fn decide(
             pods: g.pods.iter().map(AsRef::as_ref).collect(),
             pv: read.map_or(g.pv.as_deref(), Option::as_ref),
             pv_absence_confirmed: read.is_some_and(Option::is_none),
-            node: node_read.map_or(g.node.as_ref(), Option::as_ref),
-            node_absence_confirmed: node_read.is_some_and(Option::is_none),
+            node: node.info.as_ref(),
+            node_absence_confirmed: node.absence_confirmed,
             active_jobs_of_class,
             prepared,
             retry_base: opts.retry_base,
@@ -290,33 +294,53 @@ async fn decide(
         };
         plan_claim(&inputs)
     };
-    let (mut prepared, mut read, mut node_read, mut turn, mut active) = (None, None, None, None, 0);
+    // One node for the plan and for what it asks to prepare: the cache's, or the API
+    // server's once the plan asked.
+    let mut node = SelectedNode {
+        info: g.node.clone(),
+        absence_confirmed: false,
+        read: false,
+    };
+    let (mut prepared, mut read, mut turn, mut active) = (None, None, None, 0);
     loop {
         // No Job is started without what it is made from: until then the count is not read.
-        let plan = plan_with(prepared.as_ref(), read.as_ref(), node_read.as_ref(), active);
+        let plan = plan_with(prepared.as_ref(), read.as_ref(), &node, active);
         match plan.step {
-            Step::Prepare if prepared.is_none() => match prepare(g, ctx).await? {
-                Some(p) => {
-                    prepared = Some(p);
-                    if g.limited {
-                        turn = Some(ctx.apply.expected.turn(&g.class).await);
-                        active = active_jobs_of_class(ctx, &g.class);
+            Step::Prepare if prepared.is_none() => {
+                match prepare(g, ctx, node.info.as_ref()).await? {
+                    Some(p) => {
+                        prepared = Some(p);
+                        if g.limited {
+                            turn = Some(ctx.apply.expected.turn(&g.class).await);
+                            active = active_jobs_of_class(ctx, &g.class);
+                        }
                     }
+                    None => return Ok((plan, turn)),
                 }
-                None => return Ok((plan, turn)),
-            },
+            }
             Step::ConfirmPv if read.is_none() => {
                 let pvs = Api::<PersistentVolume>::all(ctx.client.clone());
                 let name = pv_name(&g.uid);
                 let what = format!("PersistentVolume {name}");
                 read = Some(pvs.get_opt(&name).await.map_err(crate::Error::read(what))?);
             }
-            Step::ConfirmNode if node_read.is_none() => {
-                node_read = Some(read_selected_node(g, ctx).await?);
+            Step::ConfirmNode if !node.read => {
+                node.info = read_selected_node(g, ctx).await?;
+                node.absence_confirmed = node.info.is_none();
+                node.read = true;
             }
             _ => return Ok((plan, turn)),
         }
     }
+}
+
+/// The selected node a plan is made with.
+struct SelectedNode {
+    info: Option<NodeInfo>,
+    /// The API server said it does not exist.
+    absence_confirmed: bool,
+    /// The API server was asked (once per reconcile).
+    read: bool,
 }
 
 /// The node the claim's selected-node annotation names, as the API server has it.

@@ -129,8 +129,8 @@ pub enum Step {
     /// back to the scheduler by removing its selected-node annotation (this patch, under
     /// the claim's resourceVersion), as Kubernetes' own provisioners do.
     Reschedule { patch: Value },
-    /// The node an attempt was started for is gone from the node cache: a Job or PV made
-    /// now would lack its placement or its node affinity, so the claim waits for it.
+    /// The node an attempt was started for does not exist (the API server said so): a Job
+    /// or PV made now would lack its placement or its node affinity, so the claim waits.
     AwaitNode,
     /// Nothing can happen until the claim or the configuration changes.
     Blocked,
@@ -521,31 +521,32 @@ fn gate<'a>(i: &ClaimInputs<'a>) -> Result<Gated<'a>, Plan> {
     })
 }
 
-/// The claim names a node the node cache does not show. Before any attempt, the API server
-/// is asked; a node it does not know either (deleted after the scheduler chose it, or
-/// written by the claim's author) is handed back to the scheduler. Once an attempt has
-/// started, its Job was made for that node: the claim waits, and says why.
+/// The claim names a node the node cache does not show: the API server is asked first (the
+/// cache may not show a node that just joined). A node it does not know either (deleted
+/// after the scheduler chose it, or written by the claim's author) is handed back to the
+/// scheduler before any attempt; once one has started, its Job was made for that node, and
+/// the claim waits for it and says why.
 fn node_missing(i: &ClaimInputs<'_>, node: &str) -> Plan {
+    // A name no node can have is never asked about: it would become the path of the read.
+    if !i.node_absence_confirmed && crate::names::is_dns_subdomain(node) {
+        return plan(Step::ConfirmNode, vec![]);
+    }
     let shown: String = node.chars().take(253).collect();
     let key = short_hash(node);
     if !i.jobs.is_empty() || i.created_attempt.is_some() {
         let message = format!(
-            "the node \"{shown}\" this claim's attempt was started for is not in the cluster; provisioning waits until it is back"
+            "the node \"{shown}\" this claim's attempt was started for does not exist; provisioning waits for it: if it is gone for good, delete the claim and create it again"
         );
         let notice =
             Notice::warning(format!("node-gone/{key}"), reasons::FAILED, message).action("Observe");
         return plan(Step::AwaitNode, vec![notice]);
-    }
-    // A name no node can have is not asked about: it would become the path of the read.
-    if !i.node_absence_confirmed && crate::names::is_dns_subdomain(node) {
-        return plan(Step::ConfirmNode, vec![]);
     }
     let patch = serde_json::json!({"metadata": {
         "annotations": {ANN_SELECTED_NODE: null},
         "resourceVersion": i.claim.metadata.resource_version,
     }});
     let message = format!(
-        "the node \"{shown}\" selected for this claim does not exist; the selection is removed so that the scheduler chooses again"
+        "the node \"{shown}\" selected for this claim does not exist; the controller removes the selection so that the scheduler chooses again"
     );
     let notice =
         Notice::warning(format!("reschedule/{key}"), reasons::FAILED, message).action("Reschedule");

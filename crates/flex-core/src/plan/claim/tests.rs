@@ -416,9 +416,14 @@ fn a_selected_node_that_does_not_exist_goes_back_to_the_scheduler() {
     let p = run(&c);
     assert!(matches!(p.step, Step::Reschedule { .. }));
     assert!(p.notices[0].message.len() < 400, "the name is cut short");
-    // An attempt has started: its Job was made for that node; no new selection, no Job.
+    // An attempt has started: its Job was made for that node; no new selection, no Job,
+    // and no word before the API server was asked.
     c.claim = ghost("gone-node");
     c.jobs = vec![job(1, json!({}), "h1")];
+    let p = run(&c);
+    assert_eq!(p.step, Step::ConfirmNode);
+    assert!(p.notices.is_empty(), "{:?}", p.notices);
+    c.node_absence_confirmed = true;
     let p = run(&c);
     assert_eq!(p.step, Step::AwaitNode);
     assert_eq!(p.step.recheck(), Some(Duration::from_secs(60)));
