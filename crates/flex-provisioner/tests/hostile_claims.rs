@@ -286,17 +286,9 @@ async fn an_attempt_of_four_billion_and_a_failing_image_slow_nothing() {
 /// claim, the node the scheduler picks gets the volume.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_selected_node_that_does_not_exist_goes_back_to_the_scheduler() {
-    use k8s_openapi::api::core::v1::Pod;
     let sb = sandbox().await;
     let _c = controller(&sb);
-    class(
-        &sb,
-        "local",
-        "WaitForFirstConsumer",
-        "make-pv",
-        json!({"node-local": "true", "node": "{{node.name}}"}),
-    )
-    .await;
+    node_local_class(&sb, "local").await;
     let selected = "volume.kubernetes.io/selected-node";
     let astray = create_claim(
         &sb,
@@ -324,32 +316,9 @@ async fn a_selected_node_that_does_not_exist_goes_back_to_the_scheduler() {
         jobs_for(&sb, &uid).await.is_empty(),
         "no Job for a node that does not exist"
     );
-    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "app"},
-        "spec": {"nodeSelector": {"kubernetes.io/hostname": "node-b"},
-                 "containers": [{"name": "c", "image": "make-pv"}],
-                 "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "astray"}}]}}))
-    .unwrap();
-    Api::<Pod>::namespaced(sb.client().unwrap(), "default")
-        .create(&PostParams::default(), &pod)
-        .await
-        .unwrap();
-    let bound_claim = bound(&sb, "astray", 60).await;
-    let pv_name = bound_claim.spec.unwrap().volume_name.unwrap();
-    let pv = volumes(&sb)
-        .await
-        .into_iter()
-        .find(|v| v.name_any() == pv_name)
-        .unwrap();
-    let term = &pv
-        .spec
-        .unwrap()
-        .node_affinity
-        .unwrap()
-        .required
-        .unwrap()
-        .node_selector_terms[0];
+    pod_on_node(&sb, "app", "astray", "node-b").await;
     assert_eq!(
-        term.match_expressions.as_ref().unwrap()[0].values,
+        bound_volume_nodes(&sb, "astray", 60).await,
         Some(vec!["node-b".to_string()]),
         "made on the node the scheduler picked"
     );

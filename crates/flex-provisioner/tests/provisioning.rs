@@ -99,39 +99,11 @@ async fn two_hundred_claims_at_once_bind_with_one_job_and_pv_each() {
 async fn wait_for_first_consumer_node_local_runs_on_the_selected_node() {
     let sb = sandbox().await;
     let _c = controller(&sb);
-    class(
-        &sb,
-        "local",
-        "WaitForFirstConsumer",
-        "make-pv",
-        serde_json::json!({"node-local": "true", "node": "{{node.name}}"}),
-    )
-    .await;
+    node_local_class(&sb, "local").await;
     claim(&sb, "data", "local").await;
-    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({"metadata": {"name": "app"},
-        "spec": {"nodeSelector": {"kubernetes.io/hostname": "node-b"}, "containers": [{"name": "c", "image": "make-pv"}],
-                 "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}}))
-    .unwrap();
-    kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(sb.client().unwrap(), "default")
-        .create(&Default::default(), &pod)
-        .await
-        .unwrap();
-    let c = bound(&sb, "data", 30).await;
-    let pv = volumes(&sb)
-        .await
-        .into_iter()
-        .find(|v| Some(v.metadata.name.clone().unwrap()) == c.spec.as_ref().unwrap().volume_name)
-        .unwrap();
-    let term = &pv
-        .spec
-        .unwrap()
-        .node_affinity
-        .unwrap()
-        .required
-        .unwrap()
-        .node_selector_terms[0];
+    pod_on_node(&sb, "app", "data", "node-b").await;
     assert_eq!(
-        term.match_expressions.as_ref().unwrap()[0].values,
+        bound_volume_nodes(&sb, "data", 30).await,
         Some(vec!["node-b".to_string()])
     );
     let pods: Vec<_> =
@@ -211,39 +183,11 @@ async fn a_selected_node_the_cache_lacks_is_read_and_used() {
         .await
         .unwrap();
     let _c = controller_blind_to_nodes_labelled(&sb, hidden).await;
-    class(
-        &sb,
-        "local",
-        "WaitForFirstConsumer",
-        "make-pv",
-        serde_json::json!({"node-local": "true", "node": "{{node.name}}"}),
-    )
-    .await;
+    node_local_class(&sb, "local").await;
     claim(&sb, "data", "local").await;
-    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({"metadata": {"name": "app"},
-        "spec": {"nodeSelector": {"kubernetes.io/hostname": "node-b"}, "containers": [{"name": "c", "image": "make-pv"}],
-                 "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}}))
-    .unwrap();
-    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(sb.client().unwrap(), "default")
-        .create(&Default::default(), &pod)
-        .await
-        .unwrap();
-    let c = bound(&sb, "data", 60).await;
-    let pv = volumes(&sb)
-        .await
-        .into_iter()
-        .find(|v| v.metadata.name == c.spec.as_ref().unwrap().volume_name)
-        .unwrap();
-    let term = &pv
-        .spec
-        .unwrap()
-        .node_affinity
-        .unwrap()
-        .required
-        .unwrap()
-        .node_selector_terms[0];
+    pod_on_node(&sb, "app", "data", "node-b").await;
     assert_eq!(
-        term.match_expressions.as_ref().unwrap()[0].values,
+        bound_volume_nodes(&sb, "data", 60).await,
         Some(vec!["node-b".to_string()])
     );
     let job = jobs(&sb)

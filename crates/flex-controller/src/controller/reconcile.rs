@@ -272,7 +272,8 @@ async fn decide(
     };
     let plan_with = |prepared: Option<&Prepared>,
                      read: Option<&Option<PersistentVolume>>,
-                     node: &SelectedNode,
+                     node: Option<&NodeInfo>,
+                     node_read: bool,
                      active_jobs_of_class: usize| {
         let inputs = ClaimInputs {
             claim: &g.claim,
@@ -283,8 +284,8 @@ async fn decide(
             pods: g.pods.iter().map(AsRef::as_ref).collect(),
             pv: read.map_or(g.pv.as_deref(), Option::as_ref),
             pv_absence_confirmed: read.is_some_and(Option::is_none),
-            node: node.info.as_ref(),
-            node_absence_confirmed: node.absence_confirmed,
+            node,
+            node_absence_confirmed: node_read && node.is_none(),
             active_jobs_of_class,
             prepared,
             retry_base: opts.retry_base,
@@ -296,70 +297,47 @@ async fn decide(
     };
     // One node for the plan and for what it asks to prepare: the cache's, or the API
     // server's once the plan asked.
-    let mut node = SelectedNode {
-        info: g.node.clone(),
-        absence_confirmed: false,
-        read: false,
-    };
+    let (mut node, mut node_read) = (g.node.clone(), false);
     let (mut prepared, mut read, mut turn, mut active) = (None, None, None, 0);
     loop {
         // No Job is started without what it is made from: until then the count is not read.
-        let plan = plan_with(prepared.as_ref(), read.as_ref(), &node, active);
+        let plan = plan_with(
+            prepared.as_ref(),
+            read.as_ref(),
+            node.as_ref(),
+            node_read,
+            active,
+        );
         match plan.step {
-            Step::Prepare if prepared.is_none() => {
-                match prepare(g, ctx, node.info.as_ref()).await? {
-                    Some(p) => {
-                        prepared = Some(p);
-                        if g.limited {
-                            turn = Some(ctx.apply.expected.turn(&g.class).await);
-                            active = active_jobs_of_class(ctx, &g.class);
-                        }
+            Step::Prepare if prepared.is_none() => match prepare(g, ctx, node.as_ref()).await? {
+                Some(p) => {
+                    prepared = Some(p);
+                    if g.limited {
+                        turn = Some(ctx.apply.expected.turn(&g.class).await);
+                        active = active_jobs_of_class(ctx, &g.class);
                     }
-                    None => return Ok((plan, turn)),
                 }
-            }
+                None => return Ok((plan, turn)),
+            },
             Step::ConfirmPv if read.is_none() => {
                 let pvs = Api::<PersistentVolume>::all(ctx.client.clone());
                 let name = pv_name(&g.uid);
                 let what = format!("PersistentVolume {name}");
                 read = Some(pvs.get_opt(&name).await.map_err(crate::Error::read(what))?);
             }
-            Step::ConfirmNode if !node.read => {
-                node.info = read_selected_node(g, ctx).await?;
-                node.absence_confirmed = node.info.is_none();
-                node.read = true;
+            Step::ConfirmNode { ref name } if !node_read => {
+                let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(ctx.client.clone());
+                let what = format!("Node {name}");
+                let read = nodes
+                    .get_opt(name)
+                    .await
+                    .map_err(crate::Error::read(what))?;
+                node = read.as_ref().map(NodeInfo::from_node);
+                node_read = true;
             }
             _ => return Ok((plan, turn)),
         }
     }
-}
-
-/// The selected node a plan is made with.
-struct SelectedNode {
-    info: Option<NodeInfo>,
-    /// The API server said it does not exist.
-    absence_confirmed: bool,
-    /// The API server was asked (once per reconcile).
-    read: bool,
-}
-
-/// The node the claim's selected-node annotation names, as the API server has it.
-async fn read_selected_node(g: &Gathered, ctx: &Context) -> crate::Result<Option<NodeInfo>> {
-    // The claim's author may write any text there: only a node's name goes into the path.
-    let Some(name) = g
-        .claim
-        .annotations()
-        .get(ANN_SELECTED_NODE)
-        .filter(|n| flex_core::names::is_dns_subdomain(n))
-    else {
-        return Ok(None);
-    };
-    let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(ctx.client.clone());
-    let node = nodes
-        .get_opt(name)
-        .await
-        .map_err(crate::Error::read(format!("Node {name}")))?;
-    Ok(node.as_ref().map(NodeInfo::from_node))
 }
 
 /// Carries out the plan's step, then looks again when the step says (a bound claim goes on
@@ -433,7 +411,7 @@ async fn apply(
         | Step::AwaitNode
         | Step::Prepare
         | Step::ConfirmPv
-        | Step::ConfirmNode
+        | Step::ConfirmNode { .. }
         | Step::Blocked
         | Step::AwaitSource
         | Step::Throttled

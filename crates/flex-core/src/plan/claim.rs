@@ -122,9 +122,10 @@ pub enum Step {
     Ignore,
     /// WaitForFirstConsumer: no node selected yet.
     WaitForNode,
-    /// The node the claim names is not in the node cache: ask the API server (the cache
-    /// may not show a node that just joined), then plan again with its answer.
-    ConfirmNode,
+    /// The node the claim names is not in the node cache: ask the API server for the node
+    /// `name` (the cache may not show a node that just joined), then plan again with its
+    /// answer. Asked only for a valid node name: the name becomes the path of the read.
+    ConfirmNode { name: String },
     /// The node the claim names does not exist and no attempt has started: hand the claim
     /// back to the scheduler by removing its selected-node annotation (this patch, under
     /// the claim's resourceVersion), as Kubernetes' own provisioners do.
@@ -216,7 +217,7 @@ impl Step {
             Step::AwaitNode => Some(BLOCKED_RECHECK),
             // The patch changes the claim, which brings it back.
             Step::Reschedule { .. } => None,
-            Step::ConfirmNode
+            Step::ConfirmNode { .. }
             | Step::ConfirmPv
             | Step::AwaitPvRemoval
             | Step::AwaitReport
@@ -529,7 +530,8 @@ fn gate<'a>(i: &ClaimInputs<'a>) -> Result<Gated<'a>, Plan> {
 fn node_missing(i: &ClaimInputs<'_>, node: &str) -> Plan {
     // A name no node can have is never asked about: it would become the path of the read.
     if !i.node_absence_confirmed && crate::names::is_dns_subdomain(node) {
-        return plan(Step::ConfirmNode, vec![]);
+        let name = node.to_owned();
+        return plan(Step::ConfirmNode { name }, vec![]);
     }
     let shown: String = node.chars().take(253).collect();
     let key = short_hash(node);

@@ -712,3 +712,45 @@ pub async fn grow(sb: &Cluster, name: &str, size: &str) {
         .await
         .unwrap();
 }
+
+/// A WaitForFirstConsumer class `name` whose Jobs run on the selected node, with its name
+/// as the `node` parameter (env `NODE`).
+pub async fn node_local_class(sb: &Cluster, name: &str) {
+    let params = json!({"node-local": "true", "node": "{{node.name}}"});
+    class(sb, name, "WaitForFirstConsumer", "make-pv", params).await;
+}
+
+/// A pod `pod` using claim `claim`, placed on `node` by its hostname label: the scheduler
+/// selects that node for a WaitForFirstConsumer claim.
+pub async fn pod_on_node(sb: &Cluster, pod: &str, claim: &str, node: &str) {
+    let pod: k8s_openapi::api::core::v1::Pod =
+        serde_json::from_value(json!({"metadata": {"name": pod},
+        "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
+                 "containers": [{"name": "c", "image": "make-pv"}],
+                 "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": claim}}]}}))
+        .unwrap();
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(sb.client().unwrap(), "default")
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+}
+
+/// Waits up to `secs` for claim `claim` to bind; the nodes its volume's required node
+/// affinity allows (the first term's first expression).
+pub async fn bound_volume_nodes(sb: &Cluster, claim: &str, secs: u64) -> Option<Vec<String>> {
+    let c = bound(sb, claim, secs).await;
+    let name = c.spec.and_then(|s| s.volume_name);
+    let pv = volumes(sb)
+        .await
+        .into_iter()
+        .find(|v| v.metadata.name == name)
+        .expect("the bound volume");
+    let terms = pv.spec?.node_affinity?.required?.node_selector_terms;
+    terms
+        .first()?
+        .match_expressions
+        .as_ref()?
+        .first()?
+        .values
+        .clone()
+}

@@ -370,27 +370,10 @@ mod tests {
             serve(&mut handle, status(409, "AlreadyExists")).await;
             serve(&mut handle, status(500, "InternalError")).await;
         });
-        assert_eq!(
-            applier(client.clone())
-                .create_or_adopt(&record())
-                .await
-                .unwrap(),
-            Created::New
-        );
-        assert_eq!(
-            applier(client.clone())
-                .create_or_adopt(&record())
-                .await
-                .unwrap(),
-            Created::Existed
-        );
-        assert!(
-            applier(client.clone())
-                .create_or_adopt(&record())
-                .await
-                .is_err(),
-            "any other failure is one"
-        );
+        let create = || async { applier(client.clone()).create_or_adopt(&record()).await };
+        assert_eq!(create().await.unwrap(), Created::New);
+        assert_eq!(create().await.unwrap(), Created::Existed);
+        assert!(create().await.is_err(), "any other failure is one");
         server.await.unwrap();
     }
 

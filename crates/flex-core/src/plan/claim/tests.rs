@@ -363,7 +363,7 @@ fn wait_for_first_consumer_waits_for_a_node() {
     // Selected, but the node cache does not show the node yet (it may have just joined):
     // the API server is asked before anything is decided.
     let p = run(&c);
-    assert_eq!(p.step, Step::ConfirmNode);
+    assert_eq!(p.step, Step::ConfirmNode { name: "n1".into() });
     assert!(p.notices.is_empty(), "{:?}", p.notices);
     let node: k8s_openapi::api::core::v1::Node =
         serde_json::from_value(json!({"metadata": {"name": "n1"}})).unwrap();
@@ -421,7 +421,8 @@ fn a_selected_node_that_does_not_exist_goes_back_to_the_scheduler() {
     c.claim = ghost("gone-node");
     c.jobs = vec![job(1, json!({}), "h1")];
     let p = run(&c);
-    assert_eq!(p.step, Step::ConfirmNode);
+    let name = "gone-node".to_owned();
+    assert_eq!(p.step, Step::ConfirmNode { name });
     assert!(p.notices.is_empty(), "{:?}", p.notices);
     c.node_absence_confirmed = true;
     let p = run(&c);
