@@ -158,11 +158,7 @@ async fn controller_blind_to_nodes_labelled(
         .unwrap()
         .with_layer(&narrow)
         .build();
-    tokio::spawn(async move {
-        if let Err(e) = flex_controller::controller::run(client, options()).await {
-            panic!("controller stopped: {e}");
-        }
-    })
+    controller_on(client, options())
 }
 
 /// The scheduler selects a node the controller's node cache does not show (it joined a
@@ -195,14 +191,10 @@ async fn a_selected_node_the_cache_lacks_is_read_and_used() {
         .into_iter()
         .next()
         .expect("the provisioning Job");
-    let env = job.spec.unwrap().template.spec.unwrap().containers[0]
-        .env
-        .clone()
-        .unwrap();
-    assert!(
-        env.iter()
-            .any(|e| e.name == "NODE" && e.value.as_deref() == Some("node-b")),
-        "the node read from the API server is rendered: {env:?}"
+    assert_eq!(
+        common::env(&job, "NODE").as_deref(),
+        Some("node-b"),
+        "the node read from the API server is rendered"
     );
     let warned = events_saying(&sb, "does not exist").await;
     assert!(

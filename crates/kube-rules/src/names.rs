@@ -5,8 +5,13 @@ pub const MAX_DNS_SUBDOMAIN: usize = 253;
 
 /// RFC 1123 label: what the API server demands of namespace, Job and container names.
 pub fn is_dns_label(s: &str) -> bool {
+    s.len() <= MAX_DNS_LABEL && label_chars(s)
+}
+
+/// A label's characters, at any length: lowercase alphanumerics and '-', alphanumeric at
+/// both ends.
+fn label_chars(s: &str) -> bool {
     !s.is_empty()
-        && s.len() <= MAX_DNS_LABEL
         && s.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
@@ -18,14 +23,7 @@ pub fn is_dns_label(s: &str) -> bool {
 /// in length (253), as the API server's `IsDNS1123Subdomain` has it: a node or class named
 /// with a part longer than 63 characters exists.
 pub fn is_dns_subdomain(s: &str) -> bool {
-    let part = |p: &str| {
-        !p.is_empty()
-            && p.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !p.starts_with('-')
-            && !p.ends_with('-')
-    };
-    !s.is_empty() && s.len() <= MAX_DNS_SUBDOMAIN && s.split('.').all(part)
+    s.len() <= MAX_DNS_SUBDOMAIN && s.split('.').all(label_chars)
 }
 
 #[cfg(test)]

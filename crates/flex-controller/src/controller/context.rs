@@ -80,7 +80,9 @@ impl Context {
 
     /// What both controllers do with a failed reconcile, by kind of error (see `retry`): a
     /// conflict re-plans at once; a missing permission or object is said on the object and
-    /// retried after minutes; server trouble backs off exponentially per object.
+    /// retried after minutes; server trouble backs off exponentially per object, and so
+    /// does a fault of the controller itself (a render that ended without an answer),
+    /// which is also said on the object.
     pub fn error_policy<K>(
         object: std::sync::Arc<K>,
         error: &crate::Error,
@@ -92,28 +94,36 @@ impl Context {
         use kube::runtime::controller::Action;
         let key = object.meta().uid.clone().unwrap_or_default();
         let failures = ctx.failures.record(&key);
-        let wait = match retry_for(error, failures) {
+        let (wait, notice) = match retry_for(error, failures) {
             Retry::Replan(wait) => {
                 tracing::debug!(error = %error, "write conflicted with a newer version; re-planning");
                 return Action::requeue(wait);
             }
             Retry::Blocked(wait) => {
-                let on = object.object_ref(&());
                 let message = format!(
                     "the provisioner cannot go on: {error}; it retries in {} minutes (check the controller's RBAC in deploy/rbac.yaml and that its config namespaces exist)",
                     wait.as_secs() / 60
                 );
-                let notice = Notice::warning(
-                    format!("blocked/{key}/{}", error.category()),
-                    reasons::CONTROLLER_BLOCKED,
-                    message,
-                );
-                let ctx = ctx.clone();
-                tokio::spawn(async move { ctx.apply.tell(&on, "", &[notice]).await });
-                wait
+                let key = format!("blocked/{key}/{}", error.category());
+                (wait, Some((key, message)))
             }
-            Retry::Backoff(wait) => wait,
+            // A fault of the controller itself: the claim's author should hear of it too.
+            Retry::Backoff(wait) => match error {
+                crate::Error::Prepare { message, .. } => {
+                    let message = format!(
+                        "the provisioner could not prepare this claim's attempt ({message}); it retries with backoff: please report this with the class's ConfigMap"
+                    );
+                    (wait, Some((format!("prepare-failed/{key}"), message)))
+                }
+                _ => (wait, None),
+            },
         };
+        if let Some((key, message)) = notice {
+            let on = object.object_ref(&());
+            let notice = Notice::warning(key, reasons::CONTROLLER_BLOCKED, message);
+            let ctx = ctx.clone();
+            tokio::spawn(async move { ctx.apply.tell(&on, "", &[notice]).await });
+        }
         ctx.metrics
             .reconcile_errors_total
             .with_label_values(&[error.category()])

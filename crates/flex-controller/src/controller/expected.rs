@@ -23,10 +23,15 @@ pub struct Expected {
     /// Per class: held from counting the class's active Jobs to creating the next one.
     turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Per owner (a claim uid, a PV uid): the last Job created for it, its attempt, when.
-    latest: Mutex<HashMap<String, (String, u32, Instant)>>,
-    /// The size at which `latest` is next swept for stale owners: twice what a sweep left,
-    /// so a burst of live ones is not scanned on every insert.
-    sweep_at: std::sync::atomic::AtomicUsize,
+    latest: Mutex<Latest>,
+}
+
+#[derive(Default)]
+struct Latest {
+    by_owner: HashMap<String, (String, u32, Instant)>,
+    /// The size at which `by_owner` is next swept for stale owners: twice what a sweep
+    /// left, so a burst of live ones is not scanned on every insert.
+    sweep_at: usize,
 }
 
 impl Expected {
@@ -57,21 +62,23 @@ impl Expected {
         let mut latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
         // An owner deleted before its Job was cached is never asked about again: what is
         // stale goes once the map is large, so it never grows with such owners.
-        use std::sync::atomic::Ordering::Relaxed;
-        if latest.len() >= self.sweep_at.load(Relaxed).max(FORGET_STALE_ABOVE) {
-            latest.retain(|_, (_, _, at)| at.elapsed() < UNSEEN_FOR_AT_MOST);
-            self.sweep_at.store(latest.len() * 2, Relaxed);
+        if latest.by_owner.len() >= latest.sweep_at.max(FORGET_STALE_ABOVE) {
+            latest
+                .by_owner
+                .retain(|_, (_, _, at)| at.elapsed() < UNSEEN_FOR_AT_MOST);
+            latest.sweep_at = latest.by_owner.len() * 2;
         }
-        latest.insert(owner.to_owned(), (job.to_owned(), attempt, Instant::now()));
+        let entry = (job.to_owned(), attempt, Instant::now());
+        latest.by_owner.insert(owner.to_owned(), entry);
     }
 
     /// The attempt of the owner's last created Job while the cache does not show it
     /// (`cached`: whether the cache holds a Job of that name); forgotten once it does.
     pub fn unseen_for(&self, owner: &str, cached: impl Fn(&str) -> bool) -> Option<u32> {
         let mut latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
-        let (job, attempt, at) = latest.get(owner)?;
+        let (job, attempt, at) = latest.by_owner.get(owner)?;
         if cached(job) || at.elapsed() >= UNSEEN_FOR_AT_MOST {
-            latest.remove(owner);
+            latest.by_owner.remove(owner);
             return None;
         }
         Some(*attempt)
@@ -135,7 +142,7 @@ mod tests {
             s.record_for(&format!("claim-{i}"), "provision", 1);
         }
         assert_eq!(s.unseen_for("claim-0", |_| false), Some(1));
-        let kept = s.latest.lock().unwrap().len();
+        let kept = s.latest.lock().unwrap().by_owner.len();
         assert_eq!(kept, FORGET_STALE_ABOVE * 2 + 1);
     }
 

@@ -214,30 +214,18 @@ async fn prepare(
     let (config, node) = (config.clone(), node.cloned());
     let name = ctx.opts.provisioner_name.clone();
     let work = move || Prepared::here(&config, &request, node.as_ref(), &name, source);
-    match tokio::task::spawn_blocking(work).await {
-        Ok(prepared) => Ok(Some(prepared)),
-        Err(e) => {
-            // A panic while rendering: said on the claim, and retried with backoff.
-            let claim = format!(
+    // A panic while rendering is an error of its own: said on the claim (`error_policy`).
+    let prepared = tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| crate::Error::Prepare {
+            claim: format!(
                 "{}/{}",
                 g.claim.namespace().unwrap_or_default(),
                 g.claim.name_any()
-            );
-            let message = format!(
-                "the provisioner could not prepare this claim's attempt ({e}); it retries with backoff: please report this with the class's ConfigMap"
-            );
-            let notice = Notice::warning(
-                format!("prepare-failed/{}", g.uid),
-                reasons::CONTROLLER_BLOCKED,
-                message,
-            );
-            ctx.apply.tell_claim(&g.claim, &g.class, &[notice]).await;
-            Err(crate::Error::Prepare {
-                claim,
-                message: e.to_string(),
-            })
-        }
-    }
+            ),
+            message: e.to_string(),
+        })?;
+    Ok(Some(prepared))
 }
 
 /// Running provisioning Jobs of a class, those created here but not cached yet included.
@@ -272,8 +260,7 @@ async fn decide(
     };
     let plan_with = |prepared: Option<&Prepared>,
                      read: Option<&Option<PersistentVolume>>,
-                     node: Option<&NodeInfo>,
-                     node_read: bool,
+                     node_read: Option<&Option<NodeInfo>>,
                      active_jobs_of_class: usize| {
         let inputs = ClaimInputs {
             claim: &g.claim,
@@ -284,8 +271,8 @@ async fn decide(
             pods: g.pods.iter().map(AsRef::as_ref).collect(),
             pv: read.map_or(g.pv.as_deref(), Option::as_ref),
             pv_absence_confirmed: read.is_some_and(Option::is_none),
-            node,
-            node_absence_confirmed: node_read && node.is_none(),
+            node: node_read.map_or(g.node.as_ref(), Option::as_ref),
+            node_absence_confirmed: node_read.is_some_and(Option::is_none),
             active_jobs_of_class,
             prepared,
             retry_base: opts.retry_base,
@@ -295,45 +282,39 @@ async fn decide(
         };
         plan_claim(&inputs)
     };
-    // One node for the plan and for what it asks to prepare: the cache's, or the API
-    // server's once the plan asked.
-    let (mut node, mut node_read) = (g.node.clone(), false);
-    let (mut prepared, mut read, mut turn, mut active) = (None, None, None, 0);
+    let (mut prepared, mut read, mut node_read, mut turn, mut active) = (None, None, None, None, 0);
     loop {
         // No Job is started without what it is made from: until then the count is not read.
-        let plan = plan_with(
-            prepared.as_ref(),
-            read.as_ref(),
-            node.as_ref(),
-            node_read,
-            active,
-        );
+        let plan = plan_with(prepared.as_ref(), read.as_ref(), node_read.as_ref(), active);
         match plan.step {
-            Step::Prepare if prepared.is_none() => match prepare(g, ctx, node.as_ref()).await? {
-                Some(p) => {
-                    prepared = Some(p);
-                    if g.limited {
-                        turn = Some(ctx.apply.expected.turn(&g.class).await);
-                        active = active_jobs_of_class(ctx, &g.class);
+            Step::Prepare if prepared.is_none() => {
+                // The node the plan was made with: the API server's once the plan asked.
+                let node = node_read.as_ref().map_or(g.node.as_ref(), Option::as_ref);
+                match prepare(g, ctx, node).await? {
+                    Some(p) => {
+                        prepared = Some(p);
+                        if g.limited {
+                            turn = Some(ctx.apply.expected.turn(&g.class).await);
+                            active = active_jobs_of_class(ctx, &g.class);
+                        }
                     }
+                    None => return Ok((plan, turn)),
                 }
-                None => return Ok((plan, turn)),
-            },
+            }
             Step::ConfirmPv if read.is_none() => {
                 let pvs = Api::<PersistentVolume>::all(ctx.client.clone());
                 let name = pv_name(&g.uid);
                 let what = format!("PersistentVolume {name}");
                 read = Some(pvs.get_opt(&name).await.map_err(crate::Error::read(what))?);
             }
-            Step::ConfirmNode { ref name } if !node_read => {
+            Step::ConfirmNode { ref name } if node_read.is_none() => {
                 let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(ctx.client.clone());
                 let what = format!("Node {name}");
-                let read = nodes
+                let found = nodes
                     .get_opt(name)
                     .await
                     .map_err(crate::Error::read(what))?;
-                node = read.as_ref().map(NodeInfo::from_node);
-                node_read = true;
+                node_read = Some(found.as_ref().map(NodeInfo::from_node));
             }
             _ => return Ok((plan, turn)),
         }

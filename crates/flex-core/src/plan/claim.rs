@@ -1000,10 +1000,11 @@ impl<'i, 'a> Judging<'i, 'a> {
         } = failure;
         let attempt = self.attempt;
         let job_uid = job.metadata.uid.clone().unwrap_or_default();
-        let (prepared, gave_up) = match self.prepared().and_then(|p| Ok((p, self.gave_up()?))) {
-            Ok(known) => known,
+        let prepared = match self.prepared() {
+            Ok(p) => p,
             Err(ask) => return ask,
         };
+        let gave_up = annotation(self.i.claim, ANN_GAVE_UP) == Some(prepared.inputs_hash.as_str());
         let same_inputs = job
             .metadata
             .annotations

@@ -195,10 +195,19 @@ pub fn controller_with(sb: &Cluster, options: Options) -> JoinHandle<()> {
     let config = sb.config();
     tokio::spawn(async move {
         let client = client_as(config, CONTROLLER_NS, "flex-provisioner").await;
-        if let Err(e) = run(client, options).await {
-            panic!("controller stopped: {e}");
-        }
+        run_or_panic(client, options).await
     })
+}
+
+/// The controller on a client of the test's own making (layers around deploy/'s account).
+pub fn controller_on(client: kube::Client, options: Options) -> JoinHandle<()> {
+    tokio::spawn(run_or_panic(client, options))
+}
+
+async fn run_or_panic(client: kube::Client, options: Options) {
+    if let Err(e) = run(client, options).await {
+        panic!("controller stopped: {e}");
+    }
 }
 
 /// A client acting as `system:serviceaccount:<ns>:<name>`, with a token from TokenRequest,

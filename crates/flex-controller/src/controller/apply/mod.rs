@@ -214,7 +214,7 @@ impl Applier {
 
     /// A merge patch sent once per run of the controller (`key` names the write); `true`
     /// when it was sent now.
-    pub async fn patch_once<K>(
+    async fn patch_once<K>(
         &self,
         key: &str,
         api: &Api<K>,
@@ -265,14 +265,14 @@ impl Applier {
     }
 
     /// Deletes the object only while it is the one decided on (its uid, and its
-    /// resourceVersion when given); one gone meanwhile is done with (`false`).
+    /// resourceVersion when given); one gone meanwhile is done with.
     pub async fn delete<K>(
         &self,
         api: &Api<K>,
         name: &str,
         uid: String,
         resource_version: Option<String>,
-    ) -> crate::Result<bool>
+    ) -> crate::Result<()>
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     {
@@ -284,7 +284,7 @@ impl Applier {
             ..DeleteParams::background()
         };
         let what = writing::<K>("deleting", name);
-        gone_is_done(api.delete(name, &dp).await, what)
+        gone_is_done(api.delete(name, &dp).await, what).map(drop)
     }
 
     /// Marks a provisioning Job as having had its PV, so that plan::orphan never takes it

@@ -33,17 +33,10 @@ pub(super) fn note(message: &str) -> &str {
 }
 
 impl Applier {
-    /// Publishes each notice the first time it is seen on `on`, counting it by its kind.
-    pub async fn tell(&self, on: &ObjectReference, class: &str, notices: &[Notice]) {
-        self.tell_fresh(on, class, notices).await;
-    }
-
     /// Tells notices on a claim; its first success is also timed, from the claim's
     /// creation (`provision_duration`).
     pub async fn tell_claim(&self, claim: &PersistentVolumeClaim, class: &str, notices: &[Notice]) {
-        let fresh = self
-            .tell_fresh(&claim.object_ref(&()), class, notices)
-            .await;
+        let fresh = self.tell(&claim.object_ref(&()), class, notices).await;
         if fresh.contains(&NoticeKind::Provisioned)
             && let Some(created) = claim.metadata.creation_timestamp.as_ref()
         {
@@ -54,8 +47,9 @@ impl Applier {
         }
     }
 
-    /// The kinds of the notices that were new, each published and counted.
-    async fn tell_fresh(
+    /// Publishes each notice the first time it is seen on `on`, counting it by its kind;
+    /// returns the kinds of the notices that were new.
+    pub async fn tell(
         &self,
         on: &ObjectReference,
         class: &str,
