@@ -5,8 +5,9 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::burst_timing::{BurstTimes, timed_burst};
 use common::provisioning::*;
 use common::sandbox::eventually;
 use flex_controller::controller::Options;
@@ -139,24 +140,39 @@ async fn an_oversized_claim_of_ours_is_provisioned_from_all_it_holds() {
     assert_eq!(value("DIR").as_deref(), Some("d1"));
 }
 
-/// Creates `n` claims of `class` named `<prefix>NNN` and returns how long until `total`
-/// claims in `default` are Bound.
-async fn timed_burst(
+/// Whether a burst beside hostile claims went as fast as the same burst alone: the
+/// controller's share of every claim within the slowest share alone, plus 10 s for a noisy
+/// machine. On the sandbox, where Kubernetes' part is simulated and costs next to nothing,
+/// the whole way to Bound is held to the same bound. On a real control plane it is not:
+/// there the hostile claims' own Jobs spend kube-controller-manager's shared request budget
+/// as any user's Jobs do (see `common::burst_timing`).
+fn assert_as_fast(
     sb: &common::cluster::Cluster,
-    prefix: &str,
-    n: usize,
-    class: &str,
-    total: usize,
-) -> Duration {
-    let t = Instant::now();
-    burst(sb, prefix, n, class).await;
-    all_bound(sb, total, 300).await;
-    t.elapsed()
+    alone: &BurstTimes,
+    beside: &BurstTimes,
+    what: &str,
+) {
+    println!("alone: {alone}\nbeside {what}: {beside}");
+    let slack = Duration::from_secs(10);
+    assert!(
+        beside.slowest() <= alone.slowest() + slack,
+        "beside {what}, the controller took up to {:?} of a claim's way to Bound; alone, {:?}",
+        beside.slowest(),
+        alone.slowest()
+    );
+    if !sb.is_real() {
+        assert!(
+            beside.wall <= alone.wall + slack,
+            "beside {what}, the claims took {:?} to bind; alone, {:?}",
+            beside.wall,
+            alone.wall
+        );
+    }
 }
 
 /// Twenty users put their own finalizer on claims and delete them while their Jobs run:
 /// the controller's check of each such Job waits without holding anything, so eighty other
-/// claims bind as fast as eighty did before (plus 10 s for a noisy machine).
+/// claims bind as fast as eighty did before (`assert_as_fast`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn twenty_claims_held_mid_job_do_not_slow_eighty_others() {
     let sb = sandbox().await;
@@ -185,11 +201,7 @@ async fn twenty_claims_held_mid_job_do_not_slow_eighty_others() {
             .unwrap();
     }
     let beside_held = timed_burst(&sb, "b", 80, "fast", 160).await;
-    println!("80 claims alone: {alone:.1?}; beside 20 held mid-Job: {beside_held:.1?}");
-    assert!(
-        beside_held <= alone + Duration::from_secs(10),
-        "80 claims took {beside_held:?} beside 20 held claims, {alone:?} alone"
-    );
+    assert_as_fast(&sb, &alone, &beside_held, "20 claims held mid-Job");
     for i in 0..20 {
         let held = claims.get(&format!("held-{i:02}")).await.unwrap();
         assert!(
@@ -201,7 +213,8 @@ async fn twenty_claims_held_mid_job_do_not_slow_eighty_others() {
 
 /// A claim's author writes attempt 4,000,000,000 on a claim whose image always fails,
 /// with a standby instance waiting for the lease: the number is ignored (with a warning),
-/// the failing claim's retries cost nothing that slows twenty healthy claims, and the
+/// the failing claim's retries cost nothing that slows twenty healthy claims
+/// (`assert_as_fast`), and the
 /// leader keeps its lease throughout (a standby that took over would be a second writer).
 /// Both instances are set up as the binary sets them up: client-go's timings, and the
 /// lease renewed over a connection of its own.
@@ -215,7 +228,7 @@ async fn an_attempt_of_four_billion_and_a_failing_image_slow_nothing() {
         ..LeaderOptions::new(CONTROLLER_NS, "flex-provisioner", id)
     };
     let leases: Api<Lease> = Api::namespaced(sb.client().unwrap(), CONTROLLER_NS);
-    let _first = controller_with(
+    let first = controller_with(
         &sb,
         Options {
             leader: Some(leader("first")),
@@ -228,7 +241,7 @@ async fn an_attempt_of_four_billion_and_a_failing_image_slow_nothing() {
     })
     .await;
     let transitions = lease.spec.unwrap().lease_transitions;
-    let _second = controller_with(
+    let second = controller_with(
         &sb,
         Options {
             leader: Some(leader("second")),
@@ -256,11 +269,7 @@ async fn an_attempt_of_four_billion_and_a_failing_image_slow_nothing() {
     )
     .await;
     let beside_hostile = timed_burst(&sb, "b", 20, "fast", 40).await;
-    println!("20 claims alone: {alone:.1?}; beside the hostile claim: {beside_hostile:.1?}");
-    assert!(
-        beside_hostile <= alone + Duration::from_secs(10),
-        "20 claims took {beside_hostile:?} beside the hostile claim, {alone:?} alone"
-    );
+    assert_as_fast(&sb, &alone, &beside_hostile, "the hostile claim");
     let attempts: Vec<u64> = jobs_for(&sb, &uid)
         .await
         .iter()
@@ -278,6 +287,10 @@ async fn an_attempt_of_four_billion_and_a_failing_image_slow_nothing() {
     let now = leases.get("flex-provisioner").await.unwrap().spec.unwrap();
     assert_eq!(now.holder_identity.as_deref(), Some("first"), "no takeover");
     assert_eq!(now.lease_transitions, transitions, "no second leader");
+    // Stopped before the control plane is: a leader that outlives it loses its lease, and
+    // says so with a panic of its task, which would read as a failure in the output.
+    first.abort();
+    second.abort();
 }
 
 /// A claim's author writes a node that does not exist into the claim's selected-node

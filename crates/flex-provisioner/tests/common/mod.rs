@@ -267,6 +267,7 @@ pub fn assert_pv_valid(pv: &PersistentVolume) {
     assert!(!spec.access_modes.as_ref().unwrap().is_empty());
 }
 
+pub mod burst_timing;
 pub mod cluster;
 pub mod populate;
 pub mod provisioning;

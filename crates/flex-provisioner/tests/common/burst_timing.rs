@@ -1,0 +1,260 @@
+//! A burst of claims timed from outside the controller: how long until all are Bound, and
+//! the controller's own share of each claim's way there (from the claim's creation until its
+//! Job exists, and from the Job's completion until its PV exists).
+//!
+//! The rest of a claim's way to Bound is Kubernetes' work: pods, the Job controller and the
+//! PV controller's binding, all behind kube-controller-manager's one client (20 requests a
+//! second, shared by all its controllers). On a shared machine that part varies by tens of
+//! seconds between two identical bursts, and whatever else runs in the cluster (another
+//! user's Jobs) spends the same budget. The controller's share is what a hostile claim could
+//! stall, so that is what the availability tests compare.
+//!
+//! Everything here runs on a thread and runtime of its own, with a client of its own: a
+//! stall of the controller's runtime (the tests run it in-process) delays what it does, never
+//! when the test sees it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::api::{Api, ListParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use tokio::time::Instant;
+
+use super::cluster::Cluster;
+use super::provisioning::{NS, claim_object};
+use flex_core::names::{LABEL_ACTION, LABEL_CLAIM_UID};
+
+/// What one burst took.
+pub struct BurstTimes {
+    /// From the first claim's creation until every claim of the namespace counted was Bound.
+    pub wall: Duration,
+    /// The controller's share of each claim's way to Bound.
+    pub controller: Vec<Duration>,
+}
+
+impl BurstTimes {
+    /// The largest share the controller took of any one claim.
+    pub fn slowest(&self) -> Duration {
+        self.controller.iter().max().copied().unwrap_or_default()
+    }
+}
+
+impl std::fmt::Display for BurstTimes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut sorted = self.controller.clone();
+        sorted.sort();
+        let median = sorted.get(sorted.len() / 2).copied().unwrap_or_default();
+        write!(
+            f,
+            "all Bound in {:.1?}; the controller's share of a claim: median {:.1?}, slowest {:.1?}",
+            self.wall,
+            median,
+            self.slowest()
+        )
+    }
+}
+
+/// When the test first saw each claim's steps, by claim uid.
+#[derive(Default)]
+struct Seen {
+    created: HashMap<String, Instant>,
+    job: HashMap<String, Instant>,
+    complete: HashMap<String, Instant>,
+    pv: HashMap<String, Instant>,
+}
+
+type Shared = Arc<Mutex<Seen>>;
+
+fn note(seen: &Shared, pick: fn(&mut Seen) -> &mut HashMap<String, Instant>, uid: &str) {
+    let mut s = seen.lock().unwrap();
+    pick(&mut s)
+        .entry(uid.to_owned())
+        .or_insert_with(Instant::now);
+}
+
+fn claim_uid_of<K: Resource>(o: &K) -> Option<String> {
+    o.meta().labels.as_ref()?.get(LABEL_CLAIM_UID).cloned()
+}
+
+fn is_complete(job: &Job) -> bool {
+    job.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| c.type_ == "Complete" && c.status == "True")
+        })
+}
+
+/// Follows `api` until cancelled, calling `each` on every object it shows; `ready` is sent
+/// once the initial list is in.
+async fn follow<K>(
+    api: Api<K>,
+    labels: String,
+    ready: tokio::sync::oneshot::Sender<()>,
+    each: impl Fn(&K),
+) where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    let mut ready = Some(ready);
+    let mut events = std::pin::pin!(watcher(api, watcher::Config::default().labels(&labels)));
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => each(&o),
+            Ok(watcher::Event::InitDone) => {
+                if let Some(r) = ready.take() {
+                    let _ = r.send(());
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Creates `n` claims of `class` named `<prefix>NNN` in `default` and waits until `total`
+/// claims there are Bound.
+pub async fn timed_burst(
+    sb: &Cluster,
+    prefix: &str,
+    n: usize,
+    class: &str,
+    total: usize,
+) -> BurstTimes {
+    let (config, prefix, class) = (sb.config(), prefix.to_owned(), class.to_owned());
+    tokio::task::spawn_blocking(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(observe(config, &prefix, n, &class, total))
+    })
+    .await
+    .unwrap()
+}
+
+async fn observe(
+    config: kube::Config,
+    prefix: &str,
+    n: usize,
+    class: &str,
+    total: usize,
+) -> BurstTimes {
+    let client = kube::Client::try_from(config).unwrap();
+    let seen = Shared::default();
+    let (jobs_ready, jobs_listed) = tokio::sync::oneshot::channel();
+    let (pvs_ready, pvs_listed) = tokio::sync::oneshot::channel();
+    let on_job = {
+        let seen = seen.clone();
+        move |job: &Job| {
+            if let Some(uid) = claim_uid_of(job) {
+                note(&seen, |s| &mut s.job, &uid);
+                if is_complete(job) {
+                    note(&seen, |s| &mut s.complete, &uid);
+                }
+            }
+        }
+    };
+    let on_pv = {
+        let seen = seen.clone();
+        move |pv: &PersistentVolume| {
+            if let Some(uid) = claim_uid_of(pv) {
+                note(&seen, |s| &mut s.pv, &uid);
+            }
+        }
+    };
+    let jobs = tokio::spawn(follow(
+        Api::<Job>::namespaced(client.clone(), NS),
+        format!("{LABEL_ACTION}=provision"),
+        jobs_ready,
+        on_job,
+    ));
+    let pvs = tokio::spawn(follow(
+        Api::<PersistentVolume>::all(client.clone()),
+        LABEL_CLAIM_UID.to_owned(),
+        pvs_ready,
+        on_pv,
+    ));
+    tokio::time::timeout(Duration::from_secs(30), async {
+        jobs_listed.await.unwrap();
+        pvs_listed.await.unwrap();
+    })
+    .await
+    .expect("the test's watches of Jobs and PVs started within 30 s");
+
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client, "default");
+    let start = Instant::now();
+    let uids = futures::future::join_all((0..n).map(|i| {
+        let (claims, seen) = (claims.clone(), seen.clone());
+        let name = format!("{prefix}{i:03}");
+        async move {
+            let made = claims
+                .create(&PostParams::default(), &claim_object(&name, class))
+                .await
+                .unwrap();
+            let uid = made.uid().unwrap();
+            note(&seen, |s| &mut s.created, &uid);
+            uid
+        }
+    }))
+    .await;
+    let deadline = start + Duration::from_secs(300);
+    loop {
+        let list = claims.list(&ListParams::default()).await.unwrap();
+        let bound = list
+            .items
+            .iter()
+            .filter(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
+            .count();
+        if bound == total {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after 300 s waiting for {total} claims bound ({bound} are)"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let wall = start.elapsed();
+    // A Bound claim's PV exists; the watch may show it a moment after the list does.
+    let seen_by = Instant::now() + Duration::from_secs(10);
+    let shares = loop {
+        let shares = controller_shares(&seen.lock().unwrap(), &uids);
+        match shares {
+            Ok(shares) => break shares,
+            Err(missing) if Instant::now() > seen_by => {
+                panic!("the test's watches never showed {missing}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    };
+    jobs.abort();
+    pvs.abort();
+    BurstTimes {
+        wall,
+        controller: shares,
+    }
+}
+
+/// For each claim: from its creation to its first Job, plus from its Job's completion to
+/// its PV. `Err` names the first step not seen yet.
+fn controller_shares(seen: &Seen, uids: &[String]) -> Result<Vec<Duration>, String> {
+    uids.iter()
+        .map(|uid| {
+            let at = |m: &HashMap<String, Instant>, what: &str| {
+                m.get(uid)
+                    .copied()
+                    .ok_or_else(|| format!("the {what} of claim {uid}"))
+            };
+            let created = at(&seen.created, "creation")?;
+            let job = at(&seen.job, "Job")?;
+            let complete = at(&seen.complete, "completed Job")?;
+            let pv = at(&seen.pv, "PV")?;
+            Ok(job.saturating_duration_since(created) + pv.saturating_duration_since(complete))
+        })
+        .collect()
+}
