@@ -26,7 +26,7 @@ use kube::{Resource, ResourceExt};
 use tokio::time::Instant;
 
 use super::cluster::Cluster;
-use super::provisioning::{NS, claim_object};
+use super::provisioning::{NS, claim_object, succeeded};
 use flex_core::names::{LABEL_ACTION, LABEL_CLAIM_UID};
 
 /// What one burst took.
@@ -79,16 +79,6 @@ fn note(seen: &Shared, pick: fn(&mut Seen) -> &mut HashMap<String, Instant>, uid
 
 fn claim_uid_of<K: Resource>(o: &K) -> Option<String> {
     o.meta().labels.as_ref()?.get(LABEL_CLAIM_UID).cloned()
-}
-
-fn is_complete(job: &Job) -> bool {
-    job.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| {
-            c.iter()
-                .any(|c| c.type_ == "Complete" && c.status == "True")
-        })
 }
 
 /// Follows `api` until cancelled, calling `each` on every object it shows; `ready` is sent
@@ -153,7 +143,7 @@ async fn observe(
         move |job: &Job| {
             if let Some(uid) = claim_uid_of(job) {
                 note(&seen, |s| &mut s.job, &uid);
-                if is_complete(job) {
+                if succeeded(job) {
                     note(&seen, |s| &mut s.complete, &uid);
                 }
             }
