@@ -34,15 +34,13 @@ async fn used_claim(
     class: &str,
 ) -> PersistentVolumeClaim {
     claim(sb, name, class).await;
-    let pod: k8s_openapi::api::core::v1::Pod =
-        serde_json::from_value(json!({"metadata": {"name": format!("{name}-user")},
+    create_pod(
+        sb,
+        json!({"metadata": {"name": format!("{name}-user")},
         "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "no-pv"}],
-                 "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": name}}]}}))
-        .unwrap();
-    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(sb.client().unwrap(), "default")
-        .create(&Default::default(), &pod)
-        .await
-        .unwrap();
+                 "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": name}}]}}),
+    )
+    .await;
     bound(sb, name, 30).await
 }
 

@@ -22,19 +22,19 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use tokio::time::Instant;
 
 use super::cluster::Cluster;
-use super::provisioning::{NS, claim_object, succeeded};
+use super::provisioning::{NS, all_bound_in, claim_object, succeeded};
 use flex_core::names::{LABEL_ACTION, LABEL_CLAIM_UID};
 
 /// What one burst took.
 pub struct BurstTimes {
     /// From just before the claims were created until a look at the namespace found every
-    /// claim counted Bound (looks are 200 ms apart).
+    /// claim counted Bound (looks are 50 ms apart).
     pub wall: Duration,
     /// The controller's share of each claim's way to Bound.
     pub controller: Vec<Duration>,
@@ -75,13 +75,6 @@ struct Seen {
 }
 
 type Shared = Arc<Mutex<Seen>>;
-
-fn note(seen: &Shared, pick: fn(&mut Seen) -> &mut HashMap<String, Instant>, uid: &str) {
-    let mut s = seen.lock().unwrap();
-    pick(&mut s)
-        .entry(uid.to_owned())
-        .or_insert_with(Instant::now);
-}
 
 fn claim_uid_of<K: Resource>(o: &K) -> Option<String> {
     o.meta().labels.as_ref()?.get(LABEL_CLAIM_UID).cloned()
@@ -148,17 +141,15 @@ async fn observe(
     let on_job = {
         let seen = seen.clone();
         move |job: &Job| {
-            if let Some(uid) = claim_uid_of(job) {
-                note(&seen, |s| &mut s.job, &uid);
-                seen.lock()
-                    .unwrap()
-                    .jobs
-                    .entry(uid.clone())
-                    .or_default()
-                    .insert(job.name_any());
-                if succeeded(job) {
-                    note(&seen, |s| &mut s.complete, &uid);
-                }
+            let Some(uid) = claim_uid_of(job) else { return };
+            let (now, mut s) = (Instant::now(), seen.lock().unwrap());
+            s.job.entry(uid.clone()).or_insert(now);
+            s.jobs
+                .entry(uid.clone())
+                .or_default()
+                .insert(job.name_any());
+            if succeeded(job) {
+                s.complete.entry(uid).or_insert(now);
             }
         }
     };
@@ -166,7 +157,11 @@ async fn observe(
         let seen = seen.clone();
         move |pv: &PersistentVolume| {
             if let Some(uid) = claim_uid_of(pv) {
-                note(&seen, |s| &mut s.pv, &uid);
+                seen.lock()
+                    .unwrap()
+                    .pv
+                    .entry(uid)
+                    .or_insert_with(Instant::now);
             }
         }
     };
@@ -207,24 +202,7 @@ async fn observe(
         }
     }))
     .await;
-    let deadline = start + Duration::from_secs(300);
-    loop {
-        // A failed look (a busy API server) is looked again.
-        let bound = claims.list(&ListParams::default()).await.map_or(0, |list| {
-            list.items
-                .iter()
-                .filter(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
-                .count()
-        });
-        if bound == total {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after 300 s waiting for {total} claims bound ({bound} are)"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    all_bound_in(&claims, total, 300).await;
     let wall = start.elapsed();
     // A Bound claim's PV exists; the watch may show it a moment after the list does.
     let seen_by = Instant::now() + Duration::from_secs(10);

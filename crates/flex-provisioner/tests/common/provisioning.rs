@@ -620,7 +620,11 @@ pub async fn burst(sb: &Cluster, prefix: &str, n: usize, class: &str) {
 
 /// Waits until `n` claims in `default` are bound.
 pub async fn all_bound(sb: &Cluster, n: usize, secs: u64) {
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(sb.client().unwrap(), "default");
+    all_bound_in(&Api::namespaced(sb.client().unwrap(), "default"), n, secs).await
+}
+
+/// Waits until `n` of the claims `claims` reaches are bound.
+pub async fn all_bound_in(claims: &Api<PersistentVolumeClaim>, n: usize, secs: u64) {
     eventually(secs, &format!("{n} claims bound"), || async {
         let list = claims.list(&ListParams::default()).await.ok()?;
         let bound = list
@@ -693,16 +697,23 @@ pub async fn with_examples_on(sb: Cluster, files: &[&str]) -> (Cluster, JoinHand
 /// A claim of `class` and a pod `pod` that writes hello.txt into it (so a
 /// WaitForFirstConsumer class gets a node), not waiting for it to bind.
 pub async fn claim_with_pod(sb: &Cluster, name: &str, class: &str, pod: &str) {
-    let c = sb.client().unwrap();
-    Api::<PersistentVolumeClaim>::namespaced(c.clone(), "default")
+    Api::<PersistentVolumeClaim>::namespaced(sb.client().unwrap(), "default")
         .create(&PostParams::default(), &claim_object(name, class))
         .await
         .unwrap();
-    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({"metadata": {"name": pod}, "spec": {"restartPolicy": "Never",
+    create_pod(
+        sb,
+        json!({"metadata": {"name": pod}, "spec": {"restartPolicy": "Never",
         "containers": [{"name": "w", "image": "demo-writer", "volumeMounts": [{"name": "d", "mountPath": "/data"}]}],
-        "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": name}}]}}))
-    .unwrap();
-    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(c, "default")
+        "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": name}}]}}),
+    )
+    .await;
+}
+
+/// Creates the pod `body` describes in `default`.
+pub async fn create_pod(sb: &Cluster, body: serde_json::Value) {
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(body).unwrap();
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(sb.client().unwrap(), "default")
         .create(&PostParams::default(), &pod)
         .await
         .unwrap();
@@ -732,16 +743,14 @@ pub async fn node_local_class(sb: &Cluster, name: &str) {
 /// A pod `pod` using claim `claim`, placed on `node` by its hostname label: the scheduler
 /// selects that node for a WaitForFirstConsumer claim.
 pub async fn pod_on_node(sb: &Cluster, pod: &str, claim: &str, node: &str) {
-    let pod: k8s_openapi::api::core::v1::Pod =
-        serde_json::from_value(json!({"metadata": {"name": pod},
+    create_pod(
+        sb,
+        json!({"metadata": {"name": pod},
         "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
                  "containers": [{"name": "c", "image": "make-pv"}],
-                 "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": claim}}]}}))
-        .unwrap();
-    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(sb.client().unwrap(), "default")
-        .create(&PostParams::default(), &pod)
-        .await
-        .unwrap();
+                 "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": claim}}]}}),
+    )
+    .await;
 }
 
 /// Waits up to `secs` for claim `claim` to bind; the nodes its volume's required node
