@@ -342,7 +342,17 @@ mod tests {
         handle: &mut Handle,
         answer: Response<Body>,
     ) -> (Method, String, serde_json::Value) {
+        serve_after(handle, answer, || {}).await
+    }
+
+    /// As `serve`, running `meanwhile` once the request has come and before it is answered.
+    async fn serve_after(
+        handle: &mut Handle,
+        answer: Response<Body>,
+        meanwhile: impl FnOnce(),
+    ) -> (Method, String, serde_json::Value) {
         let (request, send) = handle.next_request().await.expect("a request");
+        meanwhile();
         let method = request.method().clone();
         let path = request.uri().path().to_owned();
         let bytes = http_body_util::BodyExt::collect(request.into_body())
@@ -496,12 +506,29 @@ mod tests {
     }
 
     /// A success is counted when it is told, once however often it is planned, and timed
-    /// from the claim's creation; a finished volume is counted once, when its write is sent.
+    /// from the claim's creation, both before its event is written (a scrape meanwhile sees
+    /// the count and its duration together); a finished volume is counted once, when its
+    /// write is sent.
     #[tokio::test]
     async fn what_is_told_is_counted_once_and_a_volume_finished_once() {
         let (client, mut handle) = client();
+        let apply = applier(client);
+        let counted = apply.metrics.clone();
         let server = tokio::spawn(async move {
-            let (m, path, body) = serve(&mut handle, ok(serde_json::json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "e"}, "eventTime": "2026-01-01T00:00:00.000000Z"}))).await;
+            let event = ok(
+                serde_json::json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "e"}, "eventTime": "2026-01-01T00:00:00.000000Z"}),
+            );
+            let (m, path, body) = serve_after(&mut handle, event, || {
+                let pair = (
+                    counted.provision_total.with_label_values(&["gold"]).get(),
+                    counted
+                        .provision_duration
+                        .with_label_values(&["gold"])
+                        .get_sample_count(),
+                );
+                assert_eq!(pair, (1, 1), "counted and timed while the event is written");
+            })
+            .await;
             assert_eq!(
                 (m, path.as_str()),
                 (Method::POST, "/apis/events.k8s.io/v1/namespaces/a/events")
@@ -514,7 +541,6 @@ mod tests {
                 (Method::PATCH, "/api/v1/persistentvolumes/pvc-u1")
             );
         });
-        let apply = applier(client);
         let claim: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "data", "namespace": "a", "uid": "u1",
                          "creationTimestamp": "2026-01-01T00:00:00Z"}}))

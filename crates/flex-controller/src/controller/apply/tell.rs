@@ -36,26 +36,27 @@ impl Applier {
     /// Tells notices on a claim; its first success is also timed, from the claim's
     /// creation (`provision_duration`).
     pub async fn tell_claim(&self, claim: &PersistentVolumeClaim, class: &str, notices: &[Notice]) {
-        let fresh = self.tell(&claim.object_ref(&()), class, notices).await;
-        if fresh.contains(&NoticeKind::Provisioned)
-            && let Some(created) = claim.metadata.creation_timestamp.as_ref()
-        {
-            self.metrics
-                .provision_duration
-                .with_label_values(&[class])
-                .observe(seconds_since(created.0));
-        }
+        let created = claim.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        self.tell_timed(&claim.object_ref(&()), class, notices, created)
+            .await;
     }
 
-    /// Publishes each notice the first time it is seen on `on`, counting it by its kind;
-    /// returns the kinds of the notices that were new.
-    pub async fn tell(
+    /// Publishes each notice the first time it is seen on `on`, counting it by its kind.
+    pub async fn tell(&self, on: &ObjectReference, class: &str, notices: &[Notice]) {
+        self.tell_timed(on, class, notices, None).await;
+    }
+
+    /// Counts each fresh notice, and times a success from `created`, before its event is
+    /// published: a scrape taken while the event write is under way (it may wait on the
+    /// API server's rate limits) then sees the count and its duration together, never one
+    /// without the other.
+    async fn tell_timed(
         &self,
         on: &ObjectReference,
         class: &str,
         notices: &[Notice],
-    ) -> Vec<NoticeKind> {
-        let mut fresh = Vec::new();
+        created: Option<jiff::Timestamp>,
+    ) {
         for n in notices {
             // Once per object: a class's problem is told on each of its claims.
             let scoped = format!("{}/{}", on.uid.as_deref().unwrap_or_default(), n.key);
@@ -64,7 +65,16 @@ impl Applier {
             }
             let m = &self.metrics;
             match n.kind {
-                NoticeKind::Provisioned => m.provision_total.with_label_values(&[class]).inc(),
+                NoticeKind::Provisioned => {
+                    // Timed first: a scrape on another thread that sees the count sees
+                    // its duration too.
+                    if let Some(t) = created {
+                        m.provision_duration
+                            .with_label_values(&[class])
+                            .observe(seconds_since(t));
+                    }
+                    m.provision_total.with_label_values(&[class]).inc();
+                }
                 NoticeKind::ProvisionFailed => {
                     m.provision_failed_total.with_label_values(&[class]).inc()
                 }
@@ -80,9 +90,7 @@ impl Applier {
                 n.related.clone(),
             )
             .await;
-            fresh.push(n.kind);
         }
-        fresh
     }
 
     /// Publishes an event now, whether or not it was said before (a problem found on a
