@@ -61,7 +61,8 @@ async fn a_report_outside_the_class_declaration_gets_no_pv_and_one_job() {
         o.image_map.insert("reporter".into(), entry.clone());
         o
     })
-    .await;
+    .await
+    .owning(dir);
     let _c = controller(&sb);
     for (kind, _, _) in REPORTS {
         class(

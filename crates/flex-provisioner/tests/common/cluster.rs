@@ -39,6 +39,18 @@ pub struct Cluster {
     pub kubeconfig: PathBuf,
     config: kube::Config,
     backend: Backend,
+    /// Files the test wrote for this cluster (its images), removed after the backend
+    /// (declared after it, so dropped after its pods are stopped).
+    scratch: Vec<Scratch>,
+}
+
+/// A directory removed when dropped.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 enum Backend {
@@ -53,7 +65,14 @@ impl Cluster {
             kubeconfig: sb.kubeconfig.clone(),
             config,
             backend: Backend::Sandbox(sb),
+            scratch: Vec::new(),
         }
+    }
+
+    /// Removes `dir` when the cluster is dropped, once its pods are stopped.
+    pub fn owning(mut self, dir: PathBuf) -> Cluster {
+        self.scratch.push(Scratch(dir));
+        self
     }
 
     /// An admin's client.
@@ -417,6 +436,7 @@ pub async fn start_real(
         kubeconfig,
         config,
         backend: Backend::Real(real),
+        scratch: Vec::new(),
     };
     let nodes: Api<Node> = Api::all(cluster.client().unwrap());
     super::sandbox::eventually(60, "both simulated nodes to be Ready", || async {

@@ -515,8 +515,10 @@ async fn cluster_with(
             )
         })
         .collect();
+    // The test images, removed with the cluster (whatever `adjust` does with the option).
+    let images_dir = write_images();
     let opts = adjust(SandboxOptions {
-        images_dir: write_images(),
+        images_dir: images_dir.clone(),
         image_map: provisioner_images.into_iter().collect(),
         pod_backoff: Duration::from_millis(100),
         nodes: super::cluster::NODES
@@ -539,7 +541,8 @@ async fn cluster_with(
             super::cluster::start_real(scripts, images, opts.extra_path.clone()).await
         }
         None => Cluster::from_sandbox(Sandbox::start(opts).await.expect("sandbox starts")).await,
-    };
+    }
+    .owning(images_dir);
     // What `kubectl apply -k deploy/` installs: the namespaces, both accounts, the RBAC, the
     // admission policy.
     let files: Vec<PathBuf> = DEPLOY_FILES

@@ -29,13 +29,17 @@ pub const IMAGES: &[(&str, &str)] = &[
     ),
 ];
 
+/// `IMAGES`, written once per test process: every test's sandbox reads the same scripts.
 pub fn images_dir() -> PathBuf {
-    write_images(IMAGES)
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| write_images(IMAGES)).clone()
 }
 
-/// A fresh directory of test images: `<name>/entrypoint` running each script body.
+/// A fresh directory of test images: `<name>/entrypoint` running each script body. It is
+/// under the build's own scratch directory (`target/tmp`, gone with `cargo clean`), not
+/// the system's temp directory, which runs of the suite would otherwise fill.
 pub fn write_images(images: &[(&str, &str)]) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
         "flex-test-images-{}-{}",
         std::process::id(),
         kube_sandbox::ids::name_suffix()
