@@ -125,15 +125,15 @@ impl Applier {
         }
     }
 
-    /// A volume's storage is gone: counted, and timed from `since` (its first deprovision
-    /// Job), when there is one.
+    /// A volume's storage is gone: timed from `since` (its first deprovision Job), when
+    /// there is one, then counted; in that order for the reason `tell_timed` gives.
     pub(super) fn count_deleted(&self, class: &str, since: Option<jiff::Timestamp>) {
-        self.metrics.delete_total.with_label_values(&[class]).inc();
         if let Some(t) = since {
             self.metrics
                 .delete_duration
                 .with_label_values(&[class])
                 .observe(seconds_since(t));
         }
+        self.metrics.delete_total.with_label_values(&[class]).inc();
     }
 }
