@@ -190,13 +190,7 @@ fn as_deployed() -> Options {
 /// Kubernetes' own: once the Job succeeds, its volume is taken for deprovisioning within
 /// 20 s (a few seconds when nothing queues it).
 async fn a_plain_orphan_is_taken_at_once(sb: &common::cluster::Cluster) {
-    let plain = create_claim(
-        sb,
-        json!({"metadata": {"name": "plain"},
-               "spec": {"storageClassName": "long", "accessModes": ["ReadWriteOnce"],
-                        "resources": {"requests": {"storage": "1Gi"}}}}),
-    )
-    .await;
+    let plain = claim(sb, "plain", "long").await;
     let uid = plain.uid().unwrap();
     eventually(60, "the plain claim's Job to run", || async {
         (!jobs_for(sb, &uid).await.is_empty()).then_some(())

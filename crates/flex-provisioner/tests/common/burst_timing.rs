@@ -22,13 +22,13 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use tokio::time::Instant;
 
 use super::cluster::Cluster;
-use super::provisioning::{NS, all_bound_in, claim_object, succeeded};
+use super::provisioning::{NS, all_bound_in, burst_in, succeeded};
 use flex_core::names::{LABEL_ACTION, LABEL_CLAIM_UID};
 
 /// What one burst took.
@@ -186,22 +186,17 @@ async fn observe(
 
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client, "default");
     let start = Instant::now();
-    let uids = futures::future::join_all((0..n).map(|i| {
-        let (claims, seen) = (claims.clone(), seen.clone());
-        let name = format!("{prefix}{i:03}");
-        async move {
-            // From when the user asks: the controller may see the claim before the answer.
-            let asked = Instant::now();
-            let made = claims
-                .create(&PostParams::default(), &claim_object(&name, class))
-                .await
-                .unwrap();
-            let uid = made.uid().unwrap();
-            seen.lock().unwrap().created.insert(uid.clone(), asked);
-            uid
-        }
-    }))
-    .await;
+    let made = burst_in(&claims, prefix, n, class).await;
+    let uids: Vec<String> = {
+        let mut s = seen.lock().unwrap();
+        made.into_iter()
+            .map(|(asked, claim)| {
+                let uid = claim.uid().unwrap();
+                s.created.insert(uid.clone(), Instant::from_std(asked));
+                uid
+            })
+            .collect()
+    };
     all_bound_in(&claims, total, 300).await;
     let wall = start.elapsed();
     // A Bound claim's PV exists; the watch may show it a moment after the list does.

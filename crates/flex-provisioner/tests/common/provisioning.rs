@@ -605,20 +605,35 @@ pub const DEPLOY_FILES: &[&str] = &[
 
 /// `n` claims `<prefix><i>` of `class` created at once.
 pub async fn burst(sb: &Cluster, prefix: &str, n: usize, class: &str) {
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(sb.client().unwrap(), "default");
-    futures::future::join_all((0..n).map(|i| {
-        let claims = claims.clone();
-        async move {
-            claims
-                .create(
-                    &PostParams::default(),
-                    &claim_object(&format!("{prefix}{i:03}"), class),
-                )
-                .await
-                .unwrap()
-        }
-    }))
+    burst_in(
+        &Api::namespaced(sb.client().unwrap(), "default"),
+        prefix,
+        n,
+        class,
+    )
     .await;
+}
+
+/// `burst` through `claims`: each claim made, with the instant just before it was asked
+/// for (the controller may see a claim before its creator has the answer).
+pub async fn burst_in(
+    claims: &Api<PersistentVolumeClaim>,
+    prefix: &str,
+    n: usize,
+    class: &str,
+) -> Vec<(std::time::Instant, PersistentVolumeClaim)> {
+    futures::future::join_all((0..n).map(|i| async move {
+        let asked = std::time::Instant::now();
+        let made = claims
+            .create(
+                &PostParams::default(),
+                &claim_object(&format!("{prefix}{i:03}"), class),
+            )
+            .await
+            .unwrap();
+        (asked, made)
+    }))
+    .await
 }
 
 /// Waits until `n` claims in `default` are bound.
