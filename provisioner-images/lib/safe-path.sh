@@ -1,10 +1,11 @@
 # Shared by the shipped provisioner images' entrypoints (sourced, never run): validation of
 # parameters and path handling that stays safe on a filesystem others can write to.
 #
-# Written for POSIX sh with the tools of alpine's busybox as well as GNU coreutils and
-# findutils: realpath, readlink, find -xdev -mindepth -depth -exec {} +, mv -T, mktemp -d,
-# date -u +FORMAT. It uses neither `date +%N` nor `rm --one-file-system`: busybox has
-# neither.
+# Written for POSIX sh with the tools of busybox 1.35 (Debian's busybox-static, and
+# alpine's) as well as GNU coreutils and findutils: realpath, readlink, find -xdev -mindepth
+# -depth -exec {} +, stat -c, sort, awk, mv -T, mktemp -d, date -u +FORMAT. It uses none of
+# `date +%N`, `rm --one-file-system`, `find -delete` or `comm`: some busybox builds lack
+# them.
 #
 # The entrypoint sets IMAGE (the prefix of its log lines) before sourcing this file.
 #
@@ -127,10 +128,13 @@ is_under() {
 # SHOWN is how BASE is named in messages (a node or export path, not the pod's view).
 #
 # Sets WALKED to the directory's real path, verified to lie strictly below BASE; with
-# MODE=find, WALKED is empty when a component is missing (the directory is gone).
+# MODE=find, WALKED is empty when a component is missing (the directory is gone). With
+# MODE=create, CREATED is the directory's path when this call made it (empty when it was
+# there already): only a directory made by this attempt is removed when the attempt fails.
 # Directories it makes get the default mode; the caller sets the final one's.
 walk_below() {
     WALKED=
+    [ "$3" != create ] || CREATED=
     _p=$1
     _shown=$4
     _rest=$2
@@ -144,7 +148,9 @@ walk_below() {
             [ "$3" = create ] || return 0
             # Not `mkdir -p`: that would follow a link planted meanwhile. A concurrent
             # creation is checked like any existing component below.
-            mkdir -- "$_p" 2>/dev/null || true
+            if mkdir -- "$_p" 2>/dev/null && [ -z "$_rest" ]; then
+                CREATED=$_p
+            fi
         fi
         if [ -L "$_p" ]; then
             fail 2 "refusing $_shown: it is a symbolic link (to '$(printable "$(readlink "$_p")")') and links below $4 are never followed; nothing was changed: remove the link by hand"
@@ -203,21 +209,89 @@ remove_tree() {
     if mount_at_or_below "$1"; then
         fail 1 "refusing to remove $3: a filesystem is mounted at $(printable "$MOUNTED"); unmount it first; nothing was removed"
     fi
-    (
+    empty_dir "$1" "$2" "$3"
+    rmdir -- "$1" || fail 1 "cannot remove $3"
+}
+
+# empty_dir DIR BASE SHOWN: removes everything in the directory DIR (a real path strictly
+# below the real path BASE) as remove_tree does, and keeps DIR. Works from inside DIR.
+empty_dir() {
+    _err=$(
         cd -P -- "$1" || exit 1
         # From inside: the working directory is pinned, check it once more.
         _here=$(pwd -P)
         if [ "$_here" = "$2" ] || ! is_under "$2" "$_here"; then
             exit 3
         fi
-        find . -xdev -mindepth 1 ! -type d -exec rm -f -- {} + || exit 1
-        find . -xdev -mindepth 1 -depth -type d -exec rmdir -- {} + || exit 1
+        find . -xdev -mindepth 1 ! -type d -exec rm -f -- {} + 2>&1 || exit 1
+        find . -xdev -mindepth 1 -depth -type d -exec rmdir -- {} + 2>&1 || exit 1
     ) || {
         _rc=$?
-        [ "$_rc" -ne 3 ] || fail 2 "refusing to remove $3: it moved outside the base while being removed"
-        fail 1 "cannot remove everything in $3 (files of another user?)"
+        [ "$_rc" -ne 3 ] || fail 2 "refusing to empty $3: it moved outside the base meanwhile"
+        _first=$(printf '%s\n' "$_err" | head -n 1)
+        _lacks=$(root_lacks DAC_OVERRIDE FOWNER)
+        [ -z "$_lacks" ] || fail 1 "cannot remove everything in $3 (files of another user?): $(printable "$_first"); the Job's pod runs as root without the capabilities $_lacks, which removing them needs; grant them in the class's pod-template"
+        fail 1 "cannot remove everything in $3 (files of another user?): $(printable "$_first")"
     }
-    rmdir -- "$1" || fail 1 "cannot remove $3"
+}
+
+# remove_empty_parents DIR BASE: removes the directories between DIR (a path below the
+# real path BASE, already removed) and BASE that are empty, innermost first, so that a
+# namespace's parent directory goes with its last volume. A directory still in use (a
+# volume provisioned into it meanwhile) is not empty and stays; BASE always stays.
+remove_empty_parents() {
+    _d=${1%/*}
+    while [ "$_d" != "$2" ] && is_under "$2" "$_d"; do
+        rmdir -- "$_d" 2>/dev/null || return 0
+        _d=${_d%/*}
+    done
+}
+
+# root_lacks CAP...: as missing_capabilities, for a process running as root; empty for
+# any other user (whose files it may touch is up to their owners, not to capabilities).
+root_lacks() {
+    [ "$(id -u 2>/dev/null)" = 0 ] || return 0
+    missing_capabilities "$@"
+}
+
+# missing_capabilities CAP...: those of the named capabilities (CHOWN, DAC_OVERRIDE,
+# FOWNER, FSETID) that this process does not have in its effective set, blank-separated;
+# empty when it has them all or when /proc does not say.
+missing_capabilities() {
+    _eff=
+    while read -r _k _v; do
+        [ "$_k" = CapEff: ] && _eff=$_v
+    done < /proc/self/status 2>/dev/null
+    [ -n "$_eff" ] || return 0
+    _missing=
+    for _cap in "$@"; do
+        case $_cap in
+            CHOWN) _bit=0 ;;
+            DAC_OVERRIDE) _bit=1 ;;
+            FOWNER) _bit=3 ;;
+            FSETID) _bit=4 ;;
+            *) continue ;;
+        esac
+        [ $(( (0x$_eff >> _bit) & 1 )) -eq 1 ] || _missing="$_missing $_cap"
+    done
+    printf '%s' "${_missing# }"
+}
+
+# remove_created_on_failure BASE: the EXIT trap of a provisioning attempt. When the attempt
+# fails after making the volume's directory (CREATED, a path below the real path BASE), it
+# removes the directory and what was copied into it, and the parents left empty, so that a
+# failed attempt leaves no storage behind (a retry makes it again).
+remove_created_on_failure() {
+    _status=$?
+    if [ "$_status" -ne 0 ] && [ -n "${CREATED:-}" ] && [ -d "$CREATED" ] && [ ! -L "$CREATED" ]; then
+        _created=$CREATED
+        CREATED=
+        # In a subshell whose messages go nowhere: the attempt's own failure stays the
+        # termination message.
+        (TERMINATION_LOG=/dev/null; remove_tree "$_created" "$1" "$_created") >/dev/null 2>&1 \
+            && remove_empty_parents "$_created" "$1"
+    fi
+    exit "$_status"
 }
 
 # archive_dir DIR SHOWN: renames the directory DIR (a real path found by walk_below) to
@@ -266,7 +340,53 @@ clone_from() {
     _dest=$4
     walk_below "$1" "$_rel" find "$3"
     [ -n "$WALKED" ] || fail 2 "the source volume's directory $_src is not here (another node, or gone)"
-    find "$_dest" -mindepth 1 -delete || fail 1 "cannot empty the new volume before copying into it"
-    cp -a -- "$WALKED/." "$_dest/" || fail 1 "copying $_src into the new volume failed"
+    _from=$WALKED
+    empty_dir "$_dest" "$1" "the new volume"
+    # Failures to keep an owner or a mode (GNU cp exits 1 on them, busybox's cp 0) are
+    # told by the check below, which names the first file; any other failure is told here.
+    if ! _err=$(cp -a -- "$_from/." "$_dest/" 2>&1); then
+        _first=$(printf '%s\n' "$_err" | grep -v "preserve" | head -n 1)
+        [ -z "$_first" ] || copy_failed "$_src" "$_first"
+    fi
+    same_owners_and_modes "$_from" "$_dest" "$_src"
     WALKED=$_dest
+}
+
+# copy_failed SHOWN ERROR: stops a copy of SHOWN that failed with ERROR (its first line):
+# permanently (exit 2) when the pod runs as root without a capability a copy of other
+# users' files needs, naming them; transiently (exit 1) otherwise.
+copy_failed() {
+    _lacks=$(root_lacks DAC_OVERRIDE CHOWN FOWNER FSETID)
+    [ -z "$_lacks" ] || fail 2 "copying $1 into the new volume failed ($(printable "$2")): the Job's pod runs as root without the capabilities $_lacks, which copying other users' private files as they are needs; grant them in the class's pod-template"
+    fail 1 "copying $1 into the new volume failed: $(printable "$2")"
+}
+
+# same_owners_and_modes SOURCE COPY SHOWN: checks that every entry of the directory COPY
+# has the owner, group and mode (setuid, setgid and sticky bits included) of the entry of
+# the same name in SOURCE, as `cp -a` meant to keep them: without CHOWN or FSETID a copy
+# silently gets the copier's owner or loses its setgid bit, and busybox's cp still exits 0.
+# Entries that left SOURCE meanwhile are not compared. Exit 2 (naming the capabilities the
+# pod lacks) or 1 (something changed the source during the copy) on a difference.
+same_owners_and_modes() {
+    _lists=$(mktemp -d) || fail 1 "cannot make a temporary directory to check the copy"
+    # Unreadable parts of the source (busybox's cp skips them and exits 0) fail the listing.
+    if ! (cd -P -- "$1" && find . -xdev -mindepth 1 -exec stat -c '%u:%g:%a %n' {} +) \
+        > "$_lists/source.raw" 2> "$_lists/error"; then
+        _first=$(head -n 1 "$_lists/error")
+        rm -rf -- "$_lists"
+        copy_failed "$3" "$_first"
+    fi
+    sort "$_lists/source.raw" > "$_lists/source"
+    (cd -P -- "$2" && find . -xdev -mindepth 1 -exec stat -c '%u:%g:%a %n' {} + | sort) > "$_lists/copy" \
+        || { rm -rf -- "$_lists"; fail 1 "cannot list the owners and modes of the copy of $3"; }
+    _diff=$(awk 'NR == FNR { src[substr($0, index($0, " ") + 1)] = $1; next }
+        { n = substr($0, index($0, " ") + 1)
+          if ((n in src) && src[n] != $1) { print n " is " src[n] " in the source and " $1 " in the copy"; exit } }' \
+        "$_lists/source" "$_lists/copy")
+    rm -rf -- "$_lists"
+    [ -n "$_diff" ] || return 0
+    _lacks=$(root_lacks DAC_OVERRIDE CHOWN FOWNER FSETID)
+    [ -z "$_lacks" ] || fail 2 "the copy of $3 cannot keep owners and modes ($(printable "$_diff"), as uid:gid:mode): the Job's pod runs as root without the capabilities $_lacks; grant them in the class's pod-template"
+    [ "$(id -u 2>/dev/null)" = 0 ] || fail 2 "the copy of $3 cannot keep owners and modes ($(printable "$_diff"), as uid:gid:mode): only root with the CHOWN capability can give files to other users; run the class's Jobs as root or clone volumes of one owner"
+    fail 1 "the copy of $3 does not keep owners and modes ($(printable "$_diff"), as uid:gid:mode); was the source changed during the copy?"
 }

@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 
 use common::cluster::Cluster;
 use common::provisioning::{
-    NS, bound, claim_with_pod, sandbox_only_with, storage_dir, wait_event, with_examples_on,
+    NS, bound, claim_with_pod, node_cluster, sandbox_only_with, storage_dir, wait_event,
+    with_examples_on,
 };
 use common::sandbox::eventually;
 use flex_provisioner::offline::{RenderInput, parse_documents, read_documents, render_files};
@@ -62,15 +63,34 @@ async fn run_image_as(
         .iter()
         .map(|(k, v)| json!({"name": k, "value": v}))
         .collect();
-    let mut container = json!({"name": "c", "image": image, "env": env});
+    let real = sb.is_real_node();
+    let image_ref = if real {
+        format!("ghcr.io/flex-provisioner/{image}:0.1.0")
+    } else {
+        image.to_owned()
+    };
+    let mut container = json!({"name": "c", "image": image_ref, "env": env,
+        "imagePullPolicy": "IfNotPresent"});
     if !security.is_null() {
         container["securityContext"] = security.clone();
     }
     let mut spec = json!({"nodeName": NODE, "restartPolicy": "Never"});
     if nfs {
         container["volumeMounts"] = json!([{"name": "export", "mountPath": "/export"}]);
-        spec["volumes"] = json!([{"name": "export",
-            "nfs": {"server": "nfs.storage.example.com", "path": "/exports/k8s"}}]);
+        spec["volumes"] = if real {
+            // No NFS server: the export's directory stands for it, as the kubelet mounts it.
+            json!([{"name": "export", "hostPath": {"path": export_dir(sb), "type": "Directory"}}])
+        } else {
+            json!([{"name": "export",
+                "nfs": {"server": "nfs.storage.example.com", "path": "/exports/k8s"}}])
+        };
+    } else if real && image == "hostpath" {
+        // As configmaps/hostpath.yaml mounts its base: at the same path as on the node.
+        let base = base_path(sb);
+        container["volumeMounts"] = json!([{"name": "base", "mountPath": base}]);
+        spec["volumes"] =
+            json!([{"name": "base", "hostPath": {"path": base, "type": "DirectoryOrCreate"}}]);
+        spec["securityContext"] = json!({"runAsUser": 0});
     }
     spec["containers"] = json!([container]);
     let pods: Api<Pod> = Api::namespaced(sb.client().unwrap(), "default");
@@ -94,7 +114,23 @@ async fn run_image_as(
     Outcome {
         code: term.exit_code,
         message: term.message.unwrap_or_default(),
-        log: sim(sb).kubelet.logs.get("default", pod),
+        log: pod_log(sb, pod).await,
+    }
+}
+
+/// What pod `pod` in `default` logged: from the kubelet on a real node (`kubectl logs`),
+/// from the sandbox's node otherwise.
+async fn pod_log(sb: &Cluster, pod: &str) -> String {
+    match sb.sandbox() {
+        Some(sim) => sim.kubelet.logs.get("default", pod),
+        None => {
+            let kubeconfig = sb.kubeconfig.clone();
+            let args: Vec<String> = ["logs", "-n", "default", pod].map(String::from).to_vec();
+            let out = tokio::task::spawn_blocking(move || common::cluster::kubectl(&kubeconfig, &args))
+                .await
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        }
     }
 }
 
@@ -169,16 +205,11 @@ fn users_files(vol: &Path, home_mode: u32) {
     own(&tmp, 1000, 0o1777);
 }
 
-/// The sandbox these tests run on.
-fn sim(sb: &Cluster) -> &kube_sandbox::Sandbox {
-    sb.sandbox().expect("the image tests run on the sandbox")
-}
-
 /// The hostpath image's env for `action` on `directory`.
-fn hostpath_env<'a>(action: &'a str, directory: &'a str) -> Vec<(&'a str, &'a str)> {
+fn hostpath_env<'a>(sb: &Cluster, action: &'a str, directory: &'a str) -> Vec<(&'a str, &'a str)> {
     vec![
         ("ACTION", action),
-        ("BASE_PATH", BASE),
+        ("BASE_PATH", base_path(sb)),
         ("DIRECTORY", directory),
         ("PV_TYPE", "local"),
         ("PV_NAME", PV),
@@ -212,20 +243,40 @@ fn with<'a>(
 
 /// hostpath's base on a sandbox node.
 fn node_base(sb: &Cluster, node: &str) -> PathBuf {
-    sb.node_root(node).join(BASE.trim_start_matches('/'))
+    sb.node_root(node).join(base_path(sb).trim_start_matches('/'))
+}
+
+/// hostpath's base as its Jobs name it: [`BASE`] on the sandbox's nodes; on a real node,
+/// whose paths are the host's, a directory of the test's own cluster.
+fn base_path(sb: &Cluster) -> &'static str {
+    match sb.real_dir() {
+        Some(dir) if sb.is_real_node() => {
+            // Leaked once per test: the env's values borrow it for the whole test.
+            Box::leak(dir.join("volumes").display().to_string().into_boxed_str())
+        }
+        _ => BASE,
+    }
 }
 
 /// Where the sandbox keeps the files of nfs-subdir's example export.
 fn export_dir(sb: &Cluster) -> PathBuf {
-    sim(sb)
-        .work_dir
-        .join("nfs/nfs.storage.example.com/exports/k8s")
+    let dir = sb.nfs_dir("nfs.storage.example.com", "/exports/k8s");
+    if sb.is_real_node() {
+        // The export as an NFS server would offer it to nfs-subdir's non-root user: the
+        // kubelet mounts this directory in its place (there is no NFS server here).
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    dir
 }
 
 /// A directory outside every base, with `victim/keep` in it and `victim` at mode 0700: what
 /// a planted link points at.
 fn outside(sb: &Cluster) -> PathBuf {
-    let out = sim(sb).work_dir.join("outside");
+    let out = match sb.sandbox() {
+        Some(sim) => sim.work_dir.join("outside"),
+        None => sb.real_dir().unwrap().join("outside"),
+    };
     let victim = out.join("victim");
     std::fs::create_dir_all(&victim).unwrap();
     std::fs::write(victim.join("keep"), "not yours").unwrap();
@@ -287,7 +338,7 @@ fn is_link(p: &Path) -> bool {
 
 #[tokio::test]
 async fn hostpath_refuses_a_link_planted_in_the_base_at_provision() {
-    let sb = sandbox_only_with(|o| o).await;
+    let sb = node_cluster().await;
     let out = outside(&sb);
     let base = node_base(&sb, NODE);
     std::fs::create_dir_all(base.join("team")).unwrap();
@@ -297,14 +348,14 @@ async fn hostpath_refuses_a_link_planted_in_the_base_at_provision() {
         &sb,
         "at-component",
         "hostpath",
-        &hostpath_env("provision", "default/victim"),
+        &hostpath_env(&sb, "provision", "default/victim"),
         false,
     )
     .await;
     assert_eq!(r.code, 2, "the permanent exit code: {r:?}");
     assert!(
         r.message
-            .contains(&format!("refusing {BASE}/default: it is a symbolic link")),
+            .contains(&format!("refusing {}/default: it is a symbolic link", base_path(&sb))),
         "a clear message naming the link: {r:?}"
     );
     // The claim's own directory is a link out of the base.
@@ -313,14 +364,14 @@ async fn hostpath_refuses_a_link_planted_in_the_base_at_provision() {
         &sb,
         "at-directory",
         "hostpath",
-        &hostpath_env("provision", "team/data"),
+        &hostpath_env(&sb, "provision", "team/data"),
         false,
     )
     .await;
     assert_eq!(r.code, 2, "{r:?}");
     assert!(
         r.message
-            .contains(&format!("refusing {BASE}/team/data: it is a symbolic link")),
+            .contains(&format!("refusing {}/team/data: it is a symbolic link", base_path(&sb))),
         "{r:?}"
     );
     // Even a link that stays inside the base is not followed.
@@ -329,7 +380,7 @@ async fn hostpath_refuses_a_link_planted_in_the_base_at_provision() {
         &sb,
         "inside",
         "hostpath",
-        &hostpath_env("provision", "loop/x"),
+        &hostpath_env(&sb, "provision", "loop/x"),
         false,
     )
     .await;
@@ -344,7 +395,7 @@ async fn hostpath_refuses_a_link_planted_in_the_base_at_provision() {
 
 #[tokio::test]
 async fn hostpath_deprovision_never_follows_a_link_nor_removes_outside_the_base() {
-    let sb = sandbox_only_with(|o| o).await;
+    let sb = node_cluster().await;
     let out = outside(&sb);
     let base = node_base(&sb, NODE);
     std::fs::create_dir_all(base.join("team")).unwrap();
@@ -358,7 +409,7 @@ async fn hostpath_deprovision_never_follows_a_link_nor_removes_outside_the_base(
             &sb,
             pod,
             "hostpath",
-            &hostpath_env("deprovision", dir),
+            &hostpath_env(&sb, "deprovision", dir),
             false,
         )
         .await;
@@ -385,13 +436,14 @@ async fn hostpath_deprovision_never_follows_a_link_nor_removes_outside_the_base(
         &sb,
         "inner-links",
         "hostpath",
-        &hostpath_env("deprovision", "ns/vol"),
+        &hostpath_env(&sb, "deprovision", "ns/vol"),
         false,
     )
     .await;
     assert_eq!(r.code, 0, "{r:?}");
     assert!(!vol.exists() && !is_link(&vol), "the volume is gone");
-    assert!(base.join("ns").is_dir(), "its parent stays");
+    assert!(!base.join("ns").exists(), "its parent, left empty, is gone too");
+    assert!(base.is_dir(), "the base stays");
     assert_outside_untouched(&out);
 
     // Already gone is success.
@@ -399,7 +451,7 @@ async fn hostpath_deprovision_never_follows_a_link_nor_removes_outside_the_base(
         &sb,
         "gone",
         "hostpath",
-        &hostpath_env("deprovision", "ns/vol"),
+        &hostpath_env(&sb, "deprovision", "ns/vol"),
         false,
     )
     .await;
@@ -409,7 +461,7 @@ async fn hostpath_deprovision_never_follows_a_link_nor_removes_outside_the_base(
 
 #[tokio::test]
 async fn hostpath_refuses_control_characters_in_its_paths() {
-    let sb = sandbox_only_with(|o| o).await;
+    let sb = node_cluster().await;
     let base = node_base(&sb, NODE);
     for (i, dir) in [
         "default/a\nb",
@@ -425,7 +477,7 @@ async fn hostpath_refuses_control_characters_in_its_paths() {
                 &sb,
                 &format!("dir-{action}-{i}"),
                 "hostpath",
-                &hostpath_env(action, dir),
+                &hostpath_env(&sb, action, dir),
                 false,
             )
             .await;
@@ -443,7 +495,7 @@ async fn hostpath_refuses_control_characters_in_its_paths() {
         "base",
         "hostpath",
         &with(
-            hostpath_env("provision", "default/a"),
+            hostpath_env(&sb, "provision", "default/a"),
             "BASE_PATH",
             "/srv\n/etc",
         ),
@@ -456,13 +508,18 @@ async fn hostpath_refuses_control_characters_in_its_paths() {
             .contains("parameter base-path contains a control character"),
         "{r:?}"
     );
-    assert!(!base.exists(), "no stray directory was made");
-    assert!(!sb.node_root(NODE).join("srv").exists());
+    if sb.is_real_node() {
+        // The kubelet makes the mounted base; nothing was made in it.
+        assert!(names(&base).is_empty(), "no stray directory was made");
+    } else {
+        assert!(!base.exists(), "no stray directory was made");
+        assert!(!sb.node_root(NODE).join("srv").exists());
+    }
 }
 
 #[tokio::test]
 async fn nfs_subdir_refuses_links_planted_in_the_export() {
-    let sb = sandbox_only_with(|o| o).await;
+    let sb = node_cluster().await;
     let out = outside(&sb);
     let export = export_dir(&sb);
     std::fs::create_dir_all(&export).unwrap();
@@ -514,7 +571,7 @@ async fn nfs_subdir_refuses_links_planted_in_the_export() {
 
 #[tokio::test]
 async fn nfs_subdir_refuses_control_characters_in_its_parameters() {
-    let sb = sandbox_only_with(|o| o).await;
+    let sb = node_cluster().await;
     let export = export_dir(&sb);
     std::fs::create_dir_all(&export).unwrap();
     let r = run_image(
@@ -905,7 +962,7 @@ async fn lvm_kubectl_expands_and_clones() {
 /// earlier attempt left in the new volume is removed before copying, never written through.
 #[tokio::test]
 async fn hostpath_clone_never_writes_through_or_follows_a_link() {
-    let sb = sandbox_only_with(|o| o).await;
+    let sb = node_cluster().await;
     let out = outside(&sb);
     let base = node_base(&sb, NODE);
     let src = base.join("src");
@@ -915,14 +972,14 @@ async fn hostpath_clone_never_writes_through_or_follows_a_link() {
     let dst = base.join("dst");
     std::fs::create_dir_all(&dst).unwrap();
     symlink(out.join("victim/keep"), dst.join("x")).unwrap();
-    let source = json!({"spec": {"local": {"path": format!("{BASE}/src")},
+    let source = json!({"spec": {"local": {"path": format!("{}/src", base_path(&sb))},
         "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
             {"key": "kubernetes.io/hostname", "operator": "In", "values": [NODE]}]}]}}}})
     .to_string();
     let template = r#"{"apiVersion":"v1","kind":"PersistentVolume","metadata":{"name":"pvc-0a0a"},"spec":{"capacity":{"storage":"1Gi"}}}"#;
     let env = with(
         with(
-            with(hostpath_env("provision", "dst"), "SOURCE_PV_JSON", &source),
+            with(hostpath_env(&sb, "provision", "dst"), "SOURCE_PV_JSON", &source),
             "PV_CREATOR",
             "controller",
         ),
@@ -936,11 +993,11 @@ async fn hostpath_clone_never_writes_through_or_follows_a_link() {
     assert!(is_link(&dst.join("link")), "a link is copied as a link");
     assert_outside_untouched(&out);
     // A source outside the base is refused before anything is copied.
-    let elsewhere = source.replace(&format!("{BASE}/src"), "/etc");
+    let elsewhere = source.replace(&format!("{}/src", base_path(&sb)), "/etc");
     let env = with(
         with(
             with(
-                hostpath_env("provision", "dst2"),
+                hostpath_env(&sb, "provision", "dst2"),
                 "SOURCE_PV_JSON",
                 &elsewhere,
             ),
@@ -961,7 +1018,7 @@ async fn hostpath_clone_never_writes_through_or_follows_a_link() {
 /// keeps the files: the grant is what makes it work.
 #[tokio::test]
 async fn hostpath_deprovision_removes_other_users_private_files_with_the_shipped_capabilities() {
-    let sb = sandbox_only_with(|o| o).await;
+    let sb = node_cluster().await;
     let shipped = shipped_security("hostpath");
     assert_eq!(
         shipped["capabilities"],
@@ -973,10 +1030,14 @@ async fn hostpath_deprovision_removes_other_users_private_files_with_the_shipped
     users_files(&vol, 0o700);
 
     let bare = without_added_capabilities(&shipped);
-    let env = hostpath_env("deprovision", "default/private");
+    let env = hostpath_env(&sb, "deprovision", "default/private");
     let r = run_image_as(&sb, "no-caps", "hostpath", &env, false, &bare).await;
     assert_eq!(r.code, 1, "a transient failure: {r:?}");
-    assert!(r.message.contains("cannot remove everything in"), "{r:?}");
+    assert!(
+        r.message.contains("cannot remove everything in")
+            && r.message.contains("without the capabilities DAC_OVERRIDE FOWNER"),
+        "names what the pod lacks: {r:?}"
+    );
     assert_eq!(
         std::fs::metadata(vol.join("home/secret")).unwrap().uid(),
         1000,
@@ -986,25 +1047,26 @@ async fn hostpath_deprovision_removes_other_users_private_files_with_the_shipped
     let r = run_image_as(&sb, "shipped-caps", "hostpath", &env, false, &shipped).await;
     assert_eq!(r.code, 0, "{r:?}");
     assert!(!vol.exists(), "the volume is gone");
-    assert!(vol.parent().unwrap().is_dir(), "its parent stays");
+    assert!(!vol.parent().unwrap().exists(), "its parent, left empty, too");
 }
 
 /// A clone of a volume holding another user's private files copies them as they are
 /// (owner, group, mode with setgid, time, content) with the shipped capabilities; without
-/// them the copy fails (exit 1), and the retry with them starts the copy afresh.
+/// them the copy fails (exit 2: permanent until the class grants them) and leaves nothing
+/// behind, and the retry with them starts the copy afresh.
 #[tokio::test]
 async fn hostpath_clone_keeps_other_users_files_as_they_are_with_the_shipped_capabilities() {
-    let sb = sandbox_only_with(|o| o).await;
+    let sb = node_cluster().await;
     let base = node_base(&sb, NODE);
     users_files(&base.join("src"), 0o2770);
-    let source = json!({"spec": {"local": {"path": format!("{BASE}/src")},
+    let source = json!({"spec": {"local": {"path": format!("{}/src", base_path(&sb))},
         "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
             {"key": "kubernetes.io/hostname", "operator": "In", "values": [NODE]}]}]}}}})
     .to_string();
     let template = r#"{"apiVersion":"v1","kind":"PersistentVolume","metadata":{"name":"pvc-0a0a"},"spec":{"capacity":{"storage":"1Gi"}}}"#;
     let env = with(
         with(
-            with(hostpath_env("provision", "dst"), "SOURCE_PV_JSON", &source),
+            with(hostpath_env(&sb, "provision", "dst"), "SOURCE_PV_JSON", &source),
             "PV_CREATOR",
             "controller",
         ),
@@ -1014,8 +1076,13 @@ async fn hostpath_clone_keeps_other_users_files_as_they_are_with_the_shipped_cap
     let shipped = shipped_security("hostpath");
     let bare = without_added_capabilities(&shipped);
     let r = run_image_as(&sb, "clone-no-caps", "hostpath", &env, false, &bare).await;
-    assert_eq!(r.code, 1, "a transient failure: {r:?}");
-    assert!(r.message.contains("copying"), "{r:?}");
+    assert_eq!(r.code, 2, "permanent until the class grants them: {r:?}");
+    assert!(
+        r.message.contains("copying")
+            && r.message.contains("without the capabilities DAC_OVERRIDE CHOWN FOWNER FSETID"),
+        "{r:?}"
+    );
+    assert!(!base.join("dst").exists(), "the failed attempt left nothing behind");
 
     let r = run_image_as(&sb, "clone-shipped-caps", "hostpath", &env, false, &shipped).await;
     assert_eq!(r.code, 0, "{r:?}");
@@ -1043,7 +1110,7 @@ async fn hostpath_clone_keeps_other_users_files_as_they_are_with_the_shipped_cap
 /// transiently, says why, and removes none of those files.
 #[tokio::test]
 async fn nfs_subdir_needs_no_capability_to_archive_and_deletes_only_what_the_export_allows() {
-    let sb = sandbox_only_with(|o| o).await;
+    let sb = node_cluster().await;
     let shipped = shipped_security("nfs-subdir");
     assert_eq!(
         shipped,
@@ -1051,6 +1118,9 @@ async fn nfs_subdir_needs_no_capability_to_archive_and_deletes_only_what_the_exp
     );
     let shared = export_dir(&sb).join("shared");
     users_files(&shared.join("kept"), 0o700);
+    // As nfs-subdir makes its directories (dir-mode 0777), so its non-root user can rename
+    // in it.
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
     let r = run_image(
         &sb,
         "archive-private",
@@ -1173,7 +1243,7 @@ async fn hostpath_end_to_end_a_link_planted_in_the_base_fails_the_claim_and_touc
     claim_with_pod(&sb, "data", "local-hostpath", "data-user").await;
     let m = wait_event(&sb, "data", "ProvisioningFailed", "symbolic link", 60).await;
     assert!(
-        m.contains(&format!("refusing {BASE}/default: it is a symbolic link")),
+        m.contains(&format!("refusing {}/default: it is a symbolic link", base_path(&sb))),
         "the image's message reaches the claim: {m}"
     );
     assert_eq!(
