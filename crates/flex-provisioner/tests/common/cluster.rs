@@ -16,6 +16,31 @@ pub const ENV: &str = "FLEX_E2E_K8S";
 /// The nodes every test cluster has.
 pub const NODES: [&str; 2] = ["node-a", "node-b"];
 
+/// The environment variable that selects a real node for the tests of the shipped images:
+/// the directory of their image tars (`scripts/build-images --base-tar ... --out DIR`).
+/// With it, those tests start the control plane of `FLEX_E2E_K8S` with `--real-node`.
+pub const REAL_NODE_ENV: &str = "FLEX_E2E_REAL_NODE";
+
+/// The real node's control-plane scripts and image tars, when the image tests are to run
+/// on a real kubelet.
+pub fn real_node_target() -> Option<(PathBuf, PathBuf)> {
+    let images = std::env::var_os(REAL_NODE_ENV).filter(|v| !v.is_empty())?;
+    let images = super::root().join(images);
+    let scripts = real_target()
+        .unwrap_or_else(|| panic!("{REAL_NODE_ENV} is set: set {ENV} to the control plane too"));
+    let tars: Vec<PathBuf> = std::fs::read_dir(&images)
+        .unwrap_or_else(|e| panic!("{REAL_NODE_ENV}={}: {e}", images.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "tar"))
+        .collect();
+    assert!(
+        !tars.is_empty(),
+        "{REAL_NODE_ENV}={} holds no image tar: run scripts/build-images first",
+        images.display()
+    );
+    Some((scripts, images))
+}
+
 /// The real control plane's directory of scripts, when the tests are to run there.
 pub fn real_target() -> Option<PathBuf> {
     let dir = std::env::var_os(ENV).filter(|v| !v.is_empty())?;
@@ -56,6 +81,8 @@ impl Drop for Scratch {
 enum Backend {
     Sandbox(Sandbox),
     Real(RealCluster),
+    /// A real control plane whose one node is a real kubelet with containerd.
+    RealNode(RealCluster),
 }
 
 impl Cluster {
@@ -91,6 +118,8 @@ impl Cluster {
         match &self.backend {
             Backend::Sandbox(sb) => sb.node_root(node),
             Backend::Real(r) => r.dir.join("nodes").join(node),
+            // The kubelet mounts the host's own paths.
+            Backend::RealNode(_) => PathBuf::from("/"),
         }
     }
 
@@ -98,7 +127,7 @@ impl Cluster {
     pub fn nfs_dir(&self, server: &str, path: &str) -> PathBuf {
         let base = match &self.backend {
             Backend::Sandbox(sb) => sb.work_dir.join("nfs"),
-            Backend::Real(r) => r.dir.join("nfs"),
+            Backend::Real(r) | Backend::RealNode(r) => r.dir.join("nfs"),
         };
         base.join(server).join(path.trim_start_matches('/'))
     }
@@ -107,7 +136,7 @@ impl Cluster {
     pub fn sandbox(&self) -> Option<&Sandbox> {
         match &self.backend {
             Backend::Sandbox(sb) => Some(sb),
-            Backend::Real(_) => None,
+            Backend::Real(_) | Backend::RealNode(_) => None,
         }
     }
 
@@ -122,13 +151,18 @@ impl Cluster {
     }
 
     pub fn is_real(&self) -> bool {
-        matches!(self.backend, Backend::Real(_))
+        matches!(self.backend, Backend::Real(_) | Backend::RealNode(_))
+    }
+
+    /// Whether pods run as real containers on a real kubelet.
+    pub fn is_real_node(&self) -> bool {
+        matches!(self.backend, Backend::RealNode(_))
     }
 
     /// Where a real control plane keeps its files (logs, pods), for messages.
     pub fn real_dir(&self) -> Option<&Path> {
         match &self.backend {
-            Backend::Real(r) => Some(&r.dir),
+            Backend::Real(r) | Backend::RealNode(r) => Some(&r.dir),
             Backend::Sandbox(_) => None,
         }
     }
@@ -140,7 +174,7 @@ impl Cluster {
             Backend::Sandbox(sb) => {
                 flex_provisioner::sandbox_cmd::apply_files(sb, files).expect("the files apply")
             }
-            Backend::Real(_) => {
+            Backend::Real(_) | Backend::RealNode(_) => {
                 let mut args = vec!["apply".to_string()];
                 for f in files {
                     args.push("-f".into());
@@ -455,4 +489,55 @@ pub async fn start_real(
     })
     .await;
     cluster
+}
+
+/// Starts a real control plane from `scripts` whose one node, [`NODES`]`[0]`, is a real
+/// kubelet with containerd, runc and a CNI bridge (root only), with the image tars of
+/// `images` imported. Pods there are real containers: the kubelet mounts their volumes,
+/// applies their securityContext and takes their termination messages.
+pub async fn start_real_node(scripts: PathBuf, images: PathBuf) -> Cluster {
+    // Unix sockets live under the directory: it must stay short.
+    let dir = PathBuf::from(format!(
+        "/tmp/flex-rn-{}-{}",
+        std::process::id(),
+        kube_sandbox::ids::name_suffix()
+    ));
+    std::fs::create_dir_all(dir.join("images")).unwrap();
+    for entry in std::fs::read_dir(&images).unwrap() {
+        let tar = entry.unwrap().path();
+        if tar.extension().is_some_and(|x| x == "tar") {
+            let to = dir.join("images").join(tar.file_name().unwrap());
+            if std::fs::hard_link(&tar, &to).is_err() {
+                std::fs::copy(&tar, &to).unwrap();
+            }
+        }
+    }
+    let real = RealCluster {
+        scripts: scripts.clone(),
+        dir: dir.clone(),
+        second_node: None,
+    };
+    let started = tokio::task::spawn_blocking(move || {
+        Command::new(scripts.join("start"))
+            .arg(&dir)
+            .args(["--real-node", "--node", NODES[0]])
+            .output()
+            .expect("the control plane's start script runs")
+    })
+    .await
+    .unwrap();
+    assert!(
+        started.status.success(),
+        "the control plane with a real node did not start (it needs root and Debian's \
+         containerd, runc and containernetworking-plugins): {}",
+        String::from_utf8_lossy(&started.stderr)
+    );
+    let kubeconfig = real.dir.join("kubeconfig");
+    let config = config_of(&kubeconfig).await;
+    Cluster {
+        kubeconfig,
+        config,
+        backend: Backend::RealNode(real),
+        scratch: Vec::new(),
+    }
 }

@@ -72,6 +72,10 @@ fn images() -> Vec<(&'static str, String)> {
                 make_pv("volumes")
             ),
         ),
+        // The tests' own pods (`localhost/busybox:1.35`, the real node's base image): runs
+        // its command as a shell would. Naming $ACTION keeps write_images' deprovision
+        // line (which reads it) out: no Job runs this image.
+        ("busybox", "# not a Job's image: $ACTION is never set\nexec \"$@\"".into()),
         ("perm", "echo \"perm: pool gold does not exist\" > \"$TERMINATION_LOG\"\nexit 2".into()),
         ("no-pv", "exit 0".into()),
         // Runs long enough for a test to act while its Job runs.
@@ -490,18 +494,42 @@ pub fn succeeded(job: &Job) -> bool {
 /// Like `sandbox()`, with `adjust` applied to the options first (e.g. to turn on the
 /// controllers' client rate limit).
 pub async fn sandbox_with(adjust: impl FnOnce(SandboxOptions) -> SandboxOptions) -> Cluster {
-    cluster_with(adjust, super::cluster::real_target()).await
+    let target = match super::cluster::real_target() {
+        Some(scripts) => Target::Real(scripts),
+        None => Target::Sandbox,
+    };
+    cluster_with(adjust, target).await
 }
 
 /// The sandbox, whatever the target: for tests of the images' scripts, which need what
 /// only the sandbox's node offers (mounts of NFS exports, pod logs).
 pub async fn sandbox_only_with(adjust: impl FnOnce(SandboxOptions) -> SandboxOptions) -> Cluster {
-    cluster_with(adjust, None).await
+    cluster_with(adjust, Target::Sandbox).await
+}
+
+/// The cluster for the tests of the shipped images as real containers: a control plane
+/// with a real kubelet when `FLEX_E2E_REAL_NODE` names the built images (the real-node
+/// lane of `scripts/e2e-real`), the sandbox otherwise.
+pub async fn node_cluster() -> Cluster {
+    let target = match super::cluster::real_node_target() {
+        Some((scripts, images)) => Target::RealNode(scripts, images),
+        None => Target::Sandbox,
+    };
+    cluster_with(|o| o, target).await
+}
+
+/// Where a test's cluster runs.
+enum Target {
+    Sandbox,
+    /// A real control plane (its scripts) with simulated nodes.
+    Real(PathBuf),
+    /// A real control plane (its scripts) with a real node running these image tars.
+    RealNode(PathBuf, PathBuf),
 }
 
 async fn cluster_with(
     adjust: impl FnOnce(SandboxOptions) -> SandboxOptions,
-    real: Option<PathBuf>,
+    target: Target,
 ) -> Cluster {
     super::at_root();
     let provisioner_images: Vec<(String, PathBuf)> = std::fs::read_dir("provisioner-images")
@@ -529,8 +557,11 @@ async fn cluster_with(
         auth: true,
         ..Default::default()
     });
-    let cluster = match real {
-        Some(scripts) => {
+    let cluster = match target {
+        Target::RealNode(scripts, images) => {
+            super::cluster::start_real_node(scripts, images).await
+        }
+        Target::Real(scripts) => {
             // The same images and PATH, on the real control plane's simulated nodes.
             let mut images: Vec<(String, PathBuf)> = opts.image_map.clone().into_iter().collect();
             for entry in std::fs::read_dir(&opts.images_dir).unwrap() {
@@ -540,7 +571,9 @@ async fn cluster_with(
             }
             super::cluster::start_real(scripts, images, opts.extra_path.clone()).await
         }
-        None => Cluster::from_sandbox(Sandbox::start(opts).await.expect("sandbox starts")).await,
+        Target::Sandbox => {
+            Cluster::from_sandbox(Sandbox::start(opts).await.expect("sandbox starts")).await
+        }
     }
     .owning(images_dir);
     // What `kubectl apply -k deploy/` installs: the namespaces, both accounts, the RBAC, the

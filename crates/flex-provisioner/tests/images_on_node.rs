@@ -1,0 +1,323 @@
+//! The shipped hostpath image as a storage admin runs it: its example ConfigMap, its Jobs'
+//! pods with exactly the capabilities the pod-template grants, another user's private files
+//! in the volume. On a real kubelet in the real-node lane (`FLEX_E2E_REAL_NODE`, see
+//! `scripts/e2e-real`), where the kubelet mounts the pod-template's volumes, enforces the
+//! securityContext and takes the termination message; on the sandbox otherwise.
+
+mod common;
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use common::cluster::{Cluster, NODES, kubectl};
+use common::provisioning::{
+    bound, claim_events, claim_object, create_pod, grow, storage_dir, wait_event,
+};
+use common::sandbox::eventually;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+
+/// hostpath's base in `configmaps/hostpath.yaml`, as a node path.
+const BASE: &str = "/var/lib/flex-provisioner/volumes";
+/// The capabilities `configmaps/hostpath.yaml` grants its Jobs.
+const SHIPPED_CAPS: &str = "add: [CHOWN, DAC_OVERRIDE, FOWNER, FSETID]";
+/// Another user's files, as a tenant's pod writes them: a private tree of uid 999, a setgid
+/// directory of group 1234 and a link inside the volume.
+const TENANT_FILES: &str = "set -e; d=${SANDBOX_ROOT:-}/data
+mkdir -p $d/private/deep; echo secret > $d/private/deep/key
+chmod 600 $d/private/deep/key; chmod 700 $d/private $d/private/deep; chown -R 999:999 $d/private
+mkdir $d/shared; echo g > $d/shared/g; chown -R 0:1234 $d/shared; chmod 2770 $d/shared
+ln -s private/deep/key $d/link";
+
+/// `configmaps/hostpath.yaml` as class `class` whose Jobs get `caps` (a capabilities
+/// `add:` line); on a real node its base lives in the cluster's own directory.
+async fn hostpath_class(cluster: &Cluster, class: &str, caps: &str) -> PathBuf {
+    let mut text = std::fs::read_to_string("configmaps/hostpath.yaml").unwrap();
+    let base = match cluster.real_dir() {
+        Some(dir) if cluster.is_real_node() => dir.join("volumes").display().to_string(),
+        _ => BASE.to_owned(),
+    };
+    assert!(text.contains(SHIPPED_CAPS), "the example grants {SHIPPED_CAPS}");
+    text = text
+        .replace(BASE, &base)
+        .replace(SHIPPED_CAPS, caps)
+        .replace("local-hostpath", class)
+        .replace("name: hostpath-provisioner", &format!("name: {class}"));
+    let file = std::env::temp_dir().join(format!(
+        "flex-{class}-{}.yaml",
+        kube_sandbox::ids::name_suffix()
+    ));
+    std::fs::write(&file, text).unwrap();
+    with_examples_on_files(cluster, &file).await;
+    let _ = std::fs::remove_file(&file);
+    PathBuf::from(base)
+}
+
+async fn with_examples_on_files(cluster: &Cluster, file: &Path) {
+    // The example says to allow privileged pods in the config namespace; an admin does.
+    common::provisioning::allow_privileged_jobs(cluster).await;
+    for line in cluster.apply_files(&[file.to_owned()]) {
+        assert!(line.ends_with("created"), "{line}");
+    }
+}
+
+/// A pod on the first node that runs `script` with claim `claim` at /data and has finished
+/// with success (its log in the failure otherwise).
+async fn shell_pod(cluster: &Cluster, name: &str, claim: &str, script: &str) {
+    create_pod(
+        cluster,
+        json!({"metadata": {"name": name},
+        "spec": {"restartPolicy": "Never",
+                 "nodeSelector": {"kubernetes.io/hostname": NODES[0]},
+                 "containers": [{"name": "c", "image": "localhost/busybox:1.35",
+                     "imagePullPolicy": "Never", "command": ["sh", "-c", script],
+                     "volumeMounts": [{"name": "d", "mountPath": "/data"}]}],
+                 "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": claim}}]}}),
+    )
+    .await;
+    let pods: Api<Pod> = Api::namespaced(cluster.client().unwrap(), "default");
+    let phase = eventually(120, &format!("pod {name} to finish"), || async {
+        let p = pods.get(name).await.ok()?;
+        let phase = p.status?.phase?;
+        matches!(phase.as_str(), "Succeeded" | "Failed").then_some(phase)
+    })
+    .await;
+    let log = if cluster.is_real_node() {
+        let out = kubectl_async(cluster, &["logs", "-n", "default", name]).await;
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    } else {
+        String::new()
+    };
+    assert_eq!(phase, "Succeeded", "pod {name} failed: {log}");
+    pods.delete(name, &DeleteParams::default()).await.unwrap();
+}
+
+/// kubectl, off the test's runtime (which may be serving the sandbox's API).
+async fn kubectl_async(cluster: &Cluster, args: &[&str]) -> std::process::Output {
+    let kubeconfig = cluster.kubeconfig.clone();
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || kubectl(&kubeconfig, &args))
+        .await
+        .unwrap()
+}
+
+async fn clone_claim(cluster: &Cluster, name: &str, class: &str, source: &str) {
+    let mut c = claim_object(name, class);
+    c.spec.as_mut().unwrap().data_source_ref = Some(
+        serde_json::from_value(json!({"kind": "PersistentVolumeClaim", "name": source}))
+            .unwrap(),
+    );
+    Api::<PersistentVolumeClaim>::namespaced(cluster.client().unwrap(), "default")
+        .create(&PostParams::default(), &c)
+        .await
+        .unwrap();
+}
+
+async fn plain_claim(cluster: &Cluster, name: &str, class: &str) {
+    Api::<PersistentVolumeClaim>::namespaced(cluster.client().unwrap(), "default")
+        .create(&PostParams::default(), &claim_object(name, class))
+        .await
+        .unwrap();
+}
+
+async fn volume_of(cluster: &Cluster, claim: &PersistentVolumeClaim) -> PersistentVolume {
+    let name = claim.spec.as_ref().unwrap().volume_name.clone().unwrap();
+    Api::<PersistentVolume>::all(cluster.client().unwrap())
+        .get(&name)
+        .await
+        .unwrap()
+}
+
+async fn delete_claim(cluster: &Cluster, name: &str) {
+    Api::<PersistentVolumeClaim>::namespaced(cluster.client().unwrap(), "default")
+        .delete(name, &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+/// (uid, gid, mode with its setuid/setgid/sticky bits) of `p`, not following a link.
+fn owner_mode(p: &Path) -> (u32, u32, u32) {
+    let m = std::fs::symlink_metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    (m.uid(), m.gid(), m.mode() & 0o7777)
+}
+
+#[tokio::test]
+async fn hostpath_provisions_clones_expands_and_deprovisions_another_users_private_files() {
+    common::at_root();
+    let cluster = common::provisioning::node_cluster().await;
+    let _c = common::provisioning::controller(&cluster);
+    let base = hostpath_class(&cluster, "hostpath", SHIPPED_CAPS).await;
+
+    plain_claim(&cluster, "src", "hostpath").await;
+    shell_pod(&cluster, "tenant", "src", TENANT_FILES).await;
+    let src = bound(&cluster, "src", 60).await;
+    let src_dir = storage_dir(&cluster, &volume_of(&cluster, &src).await);
+    assert_eq!(owner_mode(&src_dir.join("private/deep/key")), (999, 999, 0o600));
+
+    clone_claim(&cluster, "copy", "hostpath", "src").await;
+    shell_pod(
+        &cluster,
+        "reader",
+        "copy",
+        "cat ${SANDBOX_ROOT:-}/data/private/deep/key",
+    )
+    .await;
+    let copy = bound(&cluster, "copy", 120).await;
+    let copy_dir = storage_dir(&cluster, &volume_of(&cluster, &copy).await);
+    for p in ["private", "private/deep", "private/deep/key", "shared", "shared/g"] {
+        assert_eq!(
+            owner_mode(&copy_dir.join(p)),
+            owner_mode(&src_dir.join(p)),
+            "{p}: the clone keeps owner, group and mode"
+        );
+    }
+    assert_eq!(owner_mode(&copy_dir.join("shared")), (0, 1234, 0o2770));
+    assert_eq!(
+        std::fs::read_link(copy_dir.join("link")).unwrap(),
+        Path::new("private/deep/key"),
+        "a link is copied as a link"
+    );
+    assert_eq!(
+        std::fs::read_to_string(copy_dir.join("private/deep/key")).unwrap(),
+        "secret\n"
+    );
+
+    grow(&cluster, "copy", "2Gi").await;
+    let claims: Api<PersistentVolumeClaim> =
+        Api::namespaced(cluster.client().unwrap(), "default");
+    eventually(120, "the clone's claim to show 2Gi", || async {
+        let c = claims.get("copy").await.ok()?;
+        let cap = c.status?.capacity?.get("storage")?.0.clone();
+        (cap == "2Gi").then_some(())
+    })
+    .await;
+
+    delete_claim(&cluster, "copy").await;
+    delete_claim(&cluster, "src").await;
+    eventually(120, "both directories to be removed", || async {
+        (!copy_dir.exists() && !src_dir.exists()).then_some(())
+    })
+    .await;
+    let ns_dir = cluster.node_root(NODES[0]).join(
+        base.join("default")
+            .display()
+            .to_string()
+            .trim_start_matches('/'),
+    );
+    eventually(30, "the namespace's directory to go with its last volume", || async {
+        (!ns_dir.exists()).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn hostpath_without_a_needed_capability_fails_each_operation_with_a_clear_event() {
+    common::at_root();
+    let cluster = common::provisioning::node_cluster().await;
+    let _c = common::provisioning::controller(&cluster);
+    // No capability at all: root that cannot enter another user's private directory.
+    hostpath_class(&cluster, "bare", "add: []").await;
+    // Everything but CHOWN: the copy can read, but not give the files their owners.
+    hostpath_class(&cluster, "nochown", "add: [DAC_OVERRIDE, FOWNER, FSETID]").await;
+
+    plain_claim(&cluster, "src", "bare").await;
+    shell_pod(&cluster, "tenant", "src", TENANT_FILES).await;
+    let src = bound(&cluster, "src", 60).await;
+    let src_dir = storage_dir(&cluster, &volume_of(&cluster, &src).await);
+
+    // A clone that cannot read: a permanent failure naming the capability.
+    clone_claim(&cluster, "unread", "bare", "src").await;
+    shell_pod_pending(&cluster, "unread-pod", "unread").await;
+    wait_event(&cluster, "unread", "ProvisioningFailed", "DAC_OVERRIDE", 120).await;
+
+    // A clone that would lose owners: refused, not reported as a success.
+    clone_claim(&cluster, "unowned", "nochown", "src").await;
+    shell_pod_pending(&cluster, "unowned-pod", "unowned").await;
+    let msg = wait_event(&cluster, "unowned", "ProvisioningFailed", "CHOWN", 120).await;
+    assert!(msg.contains("999:999"), "the event names what would change: {msg}");
+    // Neither failed clone left a directory behind.
+    let parent = src_dir.parent().unwrap().to_owned();
+    let left: Vec<String> = std::fs::read_dir(&parent)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        left,
+        vec![src_dir.file_name().unwrap().to_string_lossy().into_owned()],
+        "only the source's directory is left in {}",
+        parent.display()
+    );
+    let claims: Api<PersistentVolumeClaim> =
+        Api::namespaced(cluster.client().unwrap(), "default");
+    for name in ["unread", "unowned"] {
+        let c = claims.get(name).await.unwrap();
+        assert_ne!(c.status.and_then(|s| s.phase).as_deref(), Some("Bound"));
+    }
+
+    // Removing another user's private files without DAC_OVERRIDE: the volume stays, and
+    // its PV says why.
+    let pv = src.spec.as_ref().unwrap().volume_name.clone().unwrap();
+    delete_claim(&cluster, "src").await;
+    eventually(120, "a deprovisioning failure that names the capability", || async {
+        common::provisioning::events_about(&cluster, &pv)
+            .await
+            .into_iter()
+            .find(|(_, m)| m.contains("DAC_OVERRIDE"))
+    })
+    .await;
+    assert!(
+        src_dir.join("private").exists(),
+        "the volume is kept while it cannot be removed"
+    );
+}
+
+/// A consumer of `claim` that only needs to be scheduled (so a WaitForFirstConsumer claim
+/// gets its node); it never starts while the claim cannot bind.
+async fn shell_pod_pending(cluster: &Cluster, name: &str, claim: &str) {
+    create_pod(
+        cluster,
+        json!({"metadata": {"name": name},
+        "spec": {"restartPolicy": "Never",
+                 "nodeSelector": {"kubernetes.io/hostname": NODES[0]},
+                 "containers": [{"name": "c", "image": "localhost/busybox:1.35",
+                     "imagePullPolicy": "Never", "command": ["true"],
+                     "volumeMounts": [{"name": "d", "mountPath": "/data"}]}],
+                 "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": claim}}]}}),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn an_image_that_writes_a_termination_message_and_fails_shows_it_in_describe_pvc() {
+    common::at_root();
+    let cluster = common::provisioning::node_cluster().await;
+    let _c = common::provisioning::controller(&cluster);
+    hostpath_class(&cluster, "hostpath", SHIPPED_CAPS).await;
+    // An admin's mistake the image refuses (exit 2, with a termination message).
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(cluster.client().unwrap(), common::provisioning::NS);
+    cms.patch(
+        "hostpath",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"data": {"dir-mode": "rwx"}})),
+    )
+    .await
+    .unwrap();
+    plain_claim(&cluster, "odd", "hostpath").await;
+    shell_pod_pending(&cluster, "odd-pod", "odd").await;
+    let needle = "parameter dir-mode 'rwx' is not an octal mode";
+    wait_event(&cluster, "odd", "ProvisioningFailed", needle, 120).await;
+    let out = kubectl_async(&cluster, &["describe", "pvc", "-n", "default", "odd"]).await;
+    let described = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "kubectl describe pvc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        described.contains(needle),
+        "kubectl describe pvc shows the image's message:\n{described}\nevents: {:?}",
+        claim_events(&cluster, "odd").await
+    );
+}
