@@ -126,9 +126,10 @@ async fn pod_log(sb: &Cluster, pod: &str) -> String {
         None => {
             let kubeconfig = sb.kubeconfig.clone();
             let args: Vec<String> = ["logs", "-n", "default", pod].map(String::from).to_vec();
-            let out = tokio::task::spawn_blocking(move || common::cluster::kubectl(&kubeconfig, &args))
-                .await
-                .unwrap();
+            let out =
+                tokio::task::spawn_blocking(move || common::cluster::kubectl(&kubeconfig, &args))
+                    .await
+                    .unwrap();
             String::from_utf8_lossy(&out.stdout).into_owned()
         }
     }
@@ -243,7 +244,8 @@ fn with<'a>(
 
 /// hostpath's base on a sandbox node.
 fn node_base(sb: &Cluster, node: &str) -> PathBuf {
-    sb.node_root(node).join(base_path(sb).trim_start_matches('/'))
+    sb.node_root(node)
+        .join(base_path(sb).trim_start_matches('/'))
 }
 
 /// hostpath's base as its Jobs name it: [`BASE`] on the sandbox's nodes; on a real node,
@@ -354,8 +356,10 @@ async fn hostpath_refuses_a_link_planted_in_the_base_at_provision() {
     .await;
     assert_eq!(r.code, 2, "the permanent exit code: {r:?}");
     assert!(
-        r.message
-            .contains(&format!("refusing {}/default: it is a symbolic link", base_path(&sb))),
+        r.message.contains(&format!(
+            "refusing {}/default: it is a symbolic link",
+            base_path(&sb)
+        )),
         "a clear message naming the link: {r:?}"
     );
     // The claim's own directory is a link out of the base.
@@ -370,8 +374,10 @@ async fn hostpath_refuses_a_link_planted_in_the_base_at_provision() {
     .await;
     assert_eq!(r.code, 2, "{r:?}");
     assert!(
-        r.message
-            .contains(&format!("refusing {}/team/data: it is a symbolic link", base_path(&sb))),
+        r.message.contains(&format!(
+            "refusing {}/team/data: it is a symbolic link",
+            base_path(&sb)
+        )),
         "{r:?}"
     );
     // Even a link that stays inside the base is not followed.
@@ -442,7 +448,10 @@ async fn hostpath_deprovision_never_follows_a_link_nor_removes_outside_the_base(
     .await;
     assert_eq!(r.code, 0, "{r:?}");
     assert!(!vol.exists() && !is_link(&vol), "the volume is gone");
-    assert!(!base.join("ns").exists(), "its parent, left empty, is gone too");
+    assert!(
+        !base.join("ns").exists(),
+        "its parent, left empty, is gone too"
+    );
     assert!(base.is_dir(), "the base stays");
     assert_outside_untouched(&out);
 
@@ -979,7 +988,11 @@ async fn hostpath_clone_never_writes_through_or_follows_a_link() {
     let template = r#"{"apiVersion":"v1","kind":"PersistentVolume","metadata":{"name":"pvc-0a0a"},"spec":{"capacity":{"storage":"1Gi"}}}"#;
     let env = with(
         with(
-            with(hostpath_env(&sb, "provision", "dst"), "SOURCE_PV_JSON", &source),
+            with(
+                hostpath_env(&sb, "provision", "dst"),
+                "SOURCE_PV_JSON",
+                &source,
+            ),
             "PV_CREATOR",
             "controller",
         ),
@@ -1035,7 +1048,8 @@ async fn hostpath_deprovision_removes_other_users_private_files_with_the_shipped
     assert_eq!(r.code, 1, "a transient failure: {r:?}");
     assert!(
         r.message.contains("cannot remove everything in")
-            && r.message.contains("without the capabilities DAC_OVERRIDE FOWNER"),
+            && r.message
+                .contains("without the capabilities DAC_OVERRIDE FOWNER"),
         "names what the pod lacks: {r:?}"
     );
     assert_eq!(
@@ -1047,7 +1061,10 @@ async fn hostpath_deprovision_removes_other_users_private_files_with_the_shipped
     let r = run_image_as(&sb, "shipped-caps", "hostpath", &env, false, &shipped).await;
     assert_eq!(r.code, 0, "{r:?}");
     assert!(!vol.exists(), "the volume is gone");
-    assert!(!vol.parent().unwrap().exists(), "its parent, left empty, too");
+    assert!(
+        !vol.parent().unwrap().exists(),
+        "its parent, left empty, too"
+    );
 }
 
 /// A clone of a volume holding another user's private files copies them as they are
@@ -1066,7 +1083,11 @@ async fn hostpath_clone_keeps_other_users_files_as_they_are_with_the_shipped_cap
     let template = r#"{"apiVersion":"v1","kind":"PersistentVolume","metadata":{"name":"pvc-0a0a"},"spec":{"capacity":{"storage":"1Gi"}}}"#;
     let env = with(
         with(
-            with(hostpath_env(&sb, "provision", "dst"), "SOURCE_PV_JSON", &source),
+            with(
+                hostpath_env(&sb, "provision", "dst"),
+                "SOURCE_PV_JSON",
+                &source,
+            ),
             "PV_CREATOR",
             "controller",
         ),
@@ -1079,10 +1100,14 @@ async fn hostpath_clone_keeps_other_users_files_as_they_are_with_the_shipped_cap
     assert_eq!(r.code, 2, "permanent until the class grants them: {r:?}");
     assert!(
         r.message.contains("copying")
-            && r.message.contains("without the capabilities DAC_OVERRIDE CHOWN FOWNER FSETID"),
+            && r.message
+                .contains("without the capabilities DAC_OVERRIDE CHOWN FOWNER FSETID"),
         "{r:?}"
     );
-    assert!(!base.join("dst").exists(), "the failed attempt left nothing behind");
+    assert!(
+        !base.join("dst").exists(),
+        "the failed attempt left nothing behind"
+    );
 
     let r = run_image_as(&sb, "clone-shipped-caps", "hostpath", &env, false, &shipped).await;
     assert_eq!(r.code, 0, "{r:?}");
@@ -1243,7 +1268,10 @@ async fn hostpath_end_to_end_a_link_planted_in_the_base_fails_the_claim_and_touc
     claim_with_pod(&sb, "data", "local-hostpath", "data-user").await;
     let m = wait_event(&sb, "data", "ProvisioningFailed", "symbolic link", 60).await;
     assert!(
-        m.contains(&format!("refusing {}/default: it is a symbolic link", base_path(&sb))),
+        m.contains(&format!(
+            "refusing {}/default: it is a symbolic link",
+            base_path(&sb)
+        )),
         "the image's message reaches the claim: {m}"
     );
     assert_eq!(

@@ -38,7 +38,10 @@ async fn hostpath_class(cluster: &Cluster, class: &str, caps: &str) -> PathBuf {
         Some(dir) if cluster.is_real_node() => dir.join("volumes").display().to_string(),
         _ => BASE.to_owned(),
     };
-    assert!(text.contains(SHIPPED_CAPS), "the example grants {SHIPPED_CAPS}");
+    assert!(
+        text.contains(SHIPPED_CAPS),
+        "the example grants {SHIPPED_CAPS}"
+    );
     text = text
         .replace(BASE, &base)
         .replace(SHIPPED_CAPS, caps)
@@ -105,8 +108,7 @@ async fn kubectl_async(cluster: &Cluster, args: &[&str]) -> std::process::Output
 async fn clone_claim(cluster: &Cluster, name: &str, class: &str, source: &str) {
     let mut c = claim_object(name, class);
     c.spec.as_mut().unwrap().data_source_ref = Some(
-        serde_json::from_value(json!({"kind": "PersistentVolumeClaim", "name": source}))
-            .unwrap(),
+        serde_json::from_value(json!({"kind": "PersistentVolumeClaim", "name": source})).unwrap(),
     );
     Api::<PersistentVolumeClaim>::namespaced(cluster.client().unwrap(), "default")
         .create(&PostParams::default(), &c)
@@ -153,7 +155,10 @@ async fn hostpath_provisions_clones_expands_and_deprovisions_another_users_priva
     shell_pod(&cluster, "tenant", "src", TENANT_FILES).await;
     let src = bound(&cluster, "src", 60).await;
     let src_dir = storage_dir(&cluster, &volume_of(&cluster, &src).await);
-    assert_eq!(owner_mode(&src_dir.join("private/deep/key")), (999, 999, 0o600));
+    assert_eq!(
+        owner_mode(&src_dir.join("private/deep/key")),
+        (999, 999, 0o600)
+    );
 
     clone_claim(&cluster, "copy", "hostpath", "src").await;
     shell_pod(
@@ -165,7 +170,13 @@ async fn hostpath_provisions_clones_expands_and_deprovisions_another_users_priva
     .await;
     let copy = bound(&cluster, "copy", 120).await;
     let copy_dir = storage_dir(&cluster, &volume_of(&cluster, &copy).await);
-    for p in ["private", "private/deep", "private/deep/key", "shared", "shared/g"] {
+    for p in [
+        "private",
+        "private/deep",
+        "private/deep/key",
+        "shared",
+        "shared/g",
+    ] {
         assert_eq!(
             owner_mode(&copy_dir.join(p)),
             owner_mode(&src_dir.join(p)),
@@ -184,8 +195,7 @@ async fn hostpath_provisions_clones_expands_and_deprovisions_another_users_priva
     );
 
     grow(&cluster, "copy", "2Gi").await;
-    let claims: Api<PersistentVolumeClaim> =
-        Api::namespaced(cluster.client().unwrap(), "default");
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(cluster.client().unwrap(), "default");
     eventually(120, "the clone's claim to show 2Gi", || async {
         let c = claims.get("copy").await.ok()?;
         let cap = c.status?.capacity?.get("storage")?.0.clone();
@@ -205,9 +215,11 @@ async fn hostpath_provisions_clones_expands_and_deprovisions_another_users_priva
             .to_string()
             .trim_start_matches('/'),
     );
-    eventually(30, "the namespace's directory to go with its last volume", || async {
-        (!ns_dir.exists()).then_some(())
-    })
+    eventually(
+        30,
+        "the namespace's directory to go with its last volume",
+        || async { (!ns_dir.exists()).then_some(()) },
+    )
     .await;
 }
 
@@ -229,13 +241,23 @@ async fn hostpath_without_a_needed_capability_fails_each_operation_with_a_clear_
     // A clone that cannot read: a permanent failure naming the capability.
     clone_claim(&cluster, "unread", "bare", "src").await;
     shell_pod_pending(&cluster, "unread-pod", "unread").await;
-    wait_event(&cluster, "unread", "ProvisioningFailed", "DAC_OVERRIDE", 120).await;
+    wait_event(
+        &cluster,
+        "unread",
+        "ProvisioningFailed",
+        "DAC_OVERRIDE",
+        120,
+    )
+    .await;
 
     // A clone that would lose owners: refused, not reported as a success.
     clone_claim(&cluster, "unowned", "nochown", "src").await;
     shell_pod_pending(&cluster, "unowned-pod", "unowned").await;
     let msg = wait_event(&cluster, "unowned", "ProvisioningFailed", "CHOWN", 120).await;
-    assert!(msg.contains("999:999"), "the event names what would change: {msg}");
+    assert!(
+        msg.contains("999:999"),
+        "the event names what would change: {msg}"
+    );
     // Neither failed clone left a directory behind.
     let parent = src_dir.parent().unwrap().to_owned();
     let left: Vec<String> = std::fs::read_dir(&parent)
@@ -248,8 +270,7 @@ async fn hostpath_without_a_needed_capability_fails_each_operation_with_a_clear_
         "only the source's directory is left in {}",
         parent.display()
     );
-    let claims: Api<PersistentVolumeClaim> =
-        Api::namespaced(cluster.client().unwrap(), "default");
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(cluster.client().unwrap(), "default");
     for name in ["unread", "unowned"] {
         let c = claims.get(name).await.unwrap();
         assert_ne!(c.status.and_then(|s| s.phase).as_deref(), Some("Bound"));
@@ -259,12 +280,16 @@ async fn hostpath_without_a_needed_capability_fails_each_operation_with_a_clear_
     // its PV says why.
     let pv = src.spec.as_ref().unwrap().volume_name.clone().unwrap();
     delete_claim(&cluster, "src").await;
-    eventually(120, "a deprovisioning failure that names the capability", || async {
-        common::provisioning::events_about(&cluster, &pv)
-            .await
-            .into_iter()
-            .find(|(_, m)| m.contains("DAC_OVERRIDE"))
-    })
+    eventually(
+        120,
+        "a deprovisioning failure that names the capability",
+        || async {
+            common::provisioning::events_about(&cluster, &pv)
+                .await
+                .into_iter()
+                .find(|(_, m)| m.contains("DAC_OVERRIDE"))
+        },
+    )
     .await;
     assert!(
         src_dir.join("private").exists(),
@@ -320,4 +345,55 @@ async fn an_image_that_writes_a_termination_message_and_fails_shows_it_in_descri
         "kubectl describe pvc shows the image's message:\n{described}\nevents: {:?}",
         claim_events(&cluster, "odd").await
     );
+}
+
+#[tokio::test]
+async fn an_image_that_fails_with_only_a_log_shows_its_last_lines_on_the_claim() {
+    common::at_root();
+    let cluster = common::provisioning::node_cluster().await;
+    let _c = common::provisioning::controller(&cluster);
+    // No termination message: the Job's FallbackToLogsOnError hands the kubelet's tail of
+    // the log to the claim's event instead. The base image runs as root, which the Jobs'
+    // runAsNonRoot refuses: the class names a user.
+    let failing = "[\"sh\", \"-c\", \"echo 'pool gold is full' >&2; exit 3\"]";
+    common::provisioning::class(
+        &cluster,
+        "logs-only",
+        "Immediate",
+        "localhost/busybox:1.35",
+        json!({"command": failing,
+               "pod-template": "spec:\n  securityContext:\n    runAsUser: 65534\n"}),
+    )
+    .await;
+    plain_claim(&cluster, "full", "logs-only").await;
+    wait_event(
+        &cluster,
+        "full",
+        "ProvisioningFailed",
+        "pool gold is full",
+        120,
+    )
+    .await;
+
+    if cluster.is_real_node() {
+        // Without a user, the kubelet refuses to start the image as root (the sandbox does
+        // not check runAsNonRoot): the claim says why its Job's pod does not start.
+        common::provisioning::class(
+            &cluster,
+            "as-root",
+            "Immediate",
+            "localhost/busybox:1.35",
+            json!({"command": failing}),
+        )
+        .await;
+        plain_claim(&cluster, "rooted", "as-root").await;
+        let msg = eventually(120, "an event on why the pod does not start", || async {
+            claim_events(&cluster, "rooted")
+                .await
+                .into_iter()
+                .find(|(_, m)| m.contains("runAsNonRoot"))
+        })
+        .await;
+        assert!(msg.1.contains("CreateContainerConfigError"), "{msg:?}");
+    }
 }

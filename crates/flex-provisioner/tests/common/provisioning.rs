@@ -558,9 +558,7 @@ async fn cluster_with(
         ..Default::default()
     });
     let cluster = match target {
-        Target::RealNode(scripts, images) => {
-            super::cluster::start_real_node(scripts, images).await
-        }
+        Target::RealNode(scripts, images) => super::cluster::start_real_node(scripts, images).await,
         Target::Real(scripts) => {
             // The same images and PATH, on the real control plane's simulated nodes.
             let mut images: Vec<(String, PathBuf)> = opts.image_map.clone().into_iter().collect();
