@@ -147,11 +147,15 @@ async fn a_controller_among_five_thousand_volumes_is_ready_and_provisions() {
     claim(&sb, "before", "fast").await;
     let (_c, addr) = controller_serving(&sb);
     let started = std::time::Instant::now();
-    ready(addr, 60).await;
+    // How fast is a benchmark's question (benches/controller_restart.rs, a release build
+    // in its own process); here a debug build shares the test's runtime with the sandbox
+    // (52 s alone on 2 cores), so the bound only catches a controller that never gets
+    // ready.
+    ready(addr, 600).await;
     println!("ready among 5,000 volumes in {:.1?}", started.elapsed());
     claim(&sb, "after", "fast").await;
-    bound(&sb, "before", 60).await;
-    bound(&sb, "after", 60).await;
+    bound(&sb, "before", 300).await;
+    bound(&sb, "after", 300).await;
     let by_claim = provision_jobs_by_claim(&sb).await;
     assert_eq!(
         by_claim.len(),
