@@ -10,9 +10,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use common::cluster::{Cluster, NODES, kubectl};
-use common::provisioning::{
-    bound, claim_events, claim_object, create_pod, grow, storage_dir, wait_event,
-};
+use common::provisioning::{claim_events, claim_object, create_pod, grow, storage_dir, wait_event};
 use common::sandbox::eventually;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
@@ -121,6 +119,26 @@ async fn plain_claim(cluster: &Cluster, name: &str, class: &str) {
         .create(&PostParams::default(), &claim_object(name, class))
         .await
         .unwrap();
+}
+
+/// Waits up to `secs` for claim `name` to bind; fails with the claim's events otherwise.
+async fn bound(cluster: &Cluster, name: &str, secs: u64) -> PersistentVolumeClaim {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(cluster.client().unwrap(), "default");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        if let Ok(c) = claims.get(name).await
+            && c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
+        {
+            return c;
+        }
+        if std::time::Instant::now() > deadline {
+            panic!(
+                "claim {name} did not bind within {secs}s; its events: {:#?}",
+                claim_events(cluster, name).await
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }
 
 async fn volume_of(cluster: &Cluster, claim: &PersistentVolumeClaim) -> PersistentVolume {
@@ -396,4 +414,100 @@ async fn an_image_that_fails_with_only_a_log_shows_its_last_lines_on_the_claim()
         .await;
         assert!(msg.1.contains("CreateContainerConfigError"), "{msg:?}");
     }
+}
+
+/// `configmaps/nfs-subdir.yaml`; on a real node, where no NFS server runs, the export is a
+/// directory of the host that the kubelet mounts in its place (writable by the image's
+/// user, as an export with `all_squash` is). Returns the export's directory.
+async fn nfs_subdir_class(cluster: &Cluster) -> PathBuf {
+    let export = cluster.nfs_dir("nfs.storage.example.com", "/exports/k8s");
+    let mut text = std::fs::read_to_string("configmaps/nfs-subdir.yaml").unwrap();
+    if cluster.is_real_node() {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(&export).unwrap();
+        std::fs::set_permissions(&export, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let nfs = "nfs: { server: nfs.storage.example.com, path: /exports/k8s }";
+        assert!(text.contains(nfs), "the example mounts {nfs}");
+        let image = "  image: ghcr.io/flex-provisioner/nfs-subdir:0.1.0\n";
+        assert!(text.contains(image));
+        // A hostPath is a node's power: the stand-in needs the class's explicit opt-in.
+        text = text
+            .replace(
+                nfs,
+                &format!(
+                    "hostPath: {{ path: {}, type: Directory }}",
+                    export.display()
+                ),
+            )
+            .replace(image, &format!("{image}  allow-privileged: \"true\"\n"));
+    }
+    let file = std::env::temp_dir().join(format!(
+        "flex-nfs-subdir-{}.yaml",
+        kube_sandbox::ids::name_suffix()
+    ));
+    std::fs::write(&file, text).unwrap();
+    with_examples_on_files(cluster, &file).await;
+    let _ = std::fs::remove_file(&file);
+    export
+}
+
+/// The export directory of an NFS PV's path (below /exports/k8s).
+fn export_path(export: &Path, pv: &PersistentVolume) -> PathBuf {
+    let path = &pv.spec.as_ref().unwrap().nfs.as_ref().unwrap().path;
+    export.join(
+        path.strip_prefix("/exports/k8s/")
+            .expect("a path below the export"),
+    )
+}
+
+#[tokio::test]
+async fn nfs_subdir_provisions_clones_and_archives_as_its_own_user() {
+    common::at_root();
+    let cluster = common::provisioning::node_cluster().await;
+    let _c = common::provisioning::controller(&cluster);
+    let export = nfs_subdir_class(&cluster).await;
+
+    plain_claim(&cluster, "src", "nfs-shared").await;
+    let src = bound(&cluster, "src", 120).await;
+    let src_dir = export_path(&export, &volume_of(&cluster, &src).await);
+    assert!(src_dir.is_dir(), "{}", src_dir.display());
+    if cluster.is_real_node() {
+        // Made by the image's own user (the Dockerfile's USER 65534), not by root.
+        assert_eq!(owner_mode(&src_dir).0, 65534);
+    }
+    // What the claim's users wrote, as the export's squashed user: the image's own (the
+    // sandbox runs images as its own user, root; see docs/sandbox-known-differences.md).
+    let squashed = if cluster.is_real_node() { 65534 } else { 0 };
+    std::fs::create_dir_all(src_dir.join("docs")).unwrap();
+    std::fs::write(src_dir.join("docs/report"), "q3").unwrap();
+    for p in ["docs", "docs/report"] {
+        std::os::unix::fs::lchown(src_dir.join(p), Some(squashed), Some(squashed)).unwrap();
+    }
+
+    clone_claim(&cluster, "copy", "nfs-shared", "src").await;
+    let copy = bound(&cluster, "copy", 120).await;
+    let copy_dir = export_path(&export, &volume_of(&cluster, &copy).await);
+    assert_eq!(
+        std::fs::read_to_string(copy_dir.join("docs/report")).unwrap(),
+        "q3"
+    );
+    assert_eq!(owner_mode(&copy_dir.join("docs/report")).0, squashed);
+
+    delete_claim(&cluster, "copy").await;
+    delete_claim(&cluster, "src").await;
+    let shared = src_dir.parent().unwrap().to_owned();
+    let archived = eventually(120, "both volumes to be archived", || async {
+        let names: Vec<String> = std::fs::read_dir(&shared)
+            .ok()?
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        (names.len() == 2 && names.iter().all(|n| n.starts_with("archived-"))).then_some(names)
+    })
+    .await;
+    assert!(
+        archived
+            .iter()
+            .any(|n| shared.join(n).join("docs/report").is_file()),
+        "the data is kept in the archive: {archived:?}"
+    );
 }
