@@ -9,7 +9,7 @@ use common::populate::{bound_count, finished_jobs, pending_claims, volumes_for};
 use common::provisioning::*;
 use common::sandbox::eventually;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 
 fn claims_api(sb: &common::cluster::Cluster) -> Api<PersistentVolumeClaim> {
@@ -153,7 +153,16 @@ async fn a_controller_among_five_thousand_volumes_is_ready_and_provisions() {
     // ready.
     ready(addr, 600).await;
     println!("ready among 5,000 volumes in {:.1?}", started.elapsed());
-    claim(&sb, "after", "fast").await;
+    // The sandbox's API server shares the test's one thread with the controller, which is
+    // still settling among 5,000 volumes: on a busy machine a request may wait longer than
+    // a client's default 30 s to connect.
+    let mut patient = sb.config();
+    patient.connect_timeout = Some(std::time::Duration::from_secs(300));
+    patient.read_timeout = Some(std::time::Duration::from_secs(300));
+    Api::<PersistentVolumeClaim>::namespaced(kube::Client::try_from(patient).unwrap(), "default")
+        .create(&PostParams::default(), &claim_object("after", "fast"))
+        .await
+        .unwrap();
     bound(&sb, "before", 300).await;
     bound(&sb, "after", 300).await;
     let by_claim = provision_jobs_by_claim(&sb).await;
