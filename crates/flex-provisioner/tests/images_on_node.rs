@@ -68,13 +68,7 @@ async fn with_examples_on_files(cluster: &Cluster, file: &Path) {
 async fn shell_pod(cluster: &Cluster, name: &str, claim: &str, script: &str) {
     create_pod(
         cluster,
-        json!({"metadata": {"name": name},
-        "spec": {"restartPolicy": "Never",
-                 "nodeSelector": {"kubernetes.io/hostname": NODES[0]},
-                 "containers": [{"name": "c", "image": "localhost/busybox:1.35",
-                     "imagePullPolicy": "Never", "command": ["sh", "-c", script],
-                     "volumeMounts": [{"name": "d", "mountPath": "/data"}]}],
-                 "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": claim}}]}}),
+        busybox_pod(name, claim, json!(["sh", "-c", script])),
     )
     .await;
     let pods: Api<Pod> = Api::namespaced(cluster.client().unwrap(), "default");
@@ -315,20 +309,21 @@ async fn hostpath_without_a_needed_capability_fails_each_operation_with_a_clear_
     );
 }
 
+/// A pod of the base image on the first node running `command`, with claim `claim` at /data.
+fn busybox_pod(name: &str, claim: &str, command: serde_json::Value) -> serde_json::Value {
+    json!({"metadata": {"name": name},
+    "spec": {"restartPolicy": "Never",
+             "nodeSelector": {"kubernetes.io/hostname": NODES[0]},
+             "containers": [{"name": "c", "image": "localhost/busybox:1.35",
+                 "imagePullPolicy": "Never", "command": command,
+                 "volumeMounts": [{"name": "d", "mountPath": "/data"}]}],
+             "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": claim}}]}})
+}
+
 /// A consumer of `claim` that only needs to be scheduled (so a WaitForFirstConsumer claim
 /// gets its node); it never starts while the claim cannot bind.
 async fn shell_pod_pending(cluster: &Cluster, name: &str, claim: &str) {
-    create_pod(
-        cluster,
-        json!({"metadata": {"name": name},
-        "spec": {"restartPolicy": "Never",
-                 "nodeSelector": {"kubernetes.io/hostname": NODES[0]},
-                 "containers": [{"name": "c", "image": "localhost/busybox:1.35",
-                     "imagePullPolicy": "Never", "command": ["true"],
-                     "volumeMounts": [{"name": "d", "mountPath": "/data"}]}],
-                 "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": claim}}]}}),
-    )
-    .await;
+    create_pod(cluster, busybox_pod(name, claim, json!(["true"]))).await;
 }
 
 #[tokio::test]
