@@ -45,20 +45,22 @@ async fn hostpath_class(cluster: &Cluster, class: &str, caps: &str) -> PathBuf {
         .replace(SHIPPED_CAPS, caps)
         .replace("local-hostpath", class)
         .replace("name: hostpath-provisioner", &format!("name: {class}"));
-    let file = std::env::temp_dir().join(format!(
-        "flex-{class}-{}.yaml",
-        kube_sandbox::ids::name_suffix()
-    ));
-    std::fs::write(&file, text).unwrap();
-    with_examples_on_files(cluster, &file).await;
-    let _ = std::fs::remove_file(&file);
+    apply_example(cluster, class, &text).await;
     PathBuf::from(base)
 }
 
-async fn with_examples_on_files(cluster: &Cluster, file: &Path) {
-    // The example says to allow privileged pods in the config namespace; an admin does.
+/// Applies an example's (adapted) text as an admin would with `kubectl apply -f`, after
+/// allowing privileged pods in the config namespace as the example says to.
+async fn apply_example(cluster: &Cluster, what: &str, text: &str) {
     common::provisioning::allow_privileged_jobs(cluster).await;
-    for line in cluster.apply_files(&[file.to_owned()]) {
+    let file = std::env::temp_dir().join(format!(
+        "flex-{what}-{}.yaml",
+        kube_sandbox::ids::name_suffix()
+    ));
+    std::fs::write(&file, text).unwrap();
+    let applied = cluster.apply_files(std::slice::from_ref(&file));
+    let _ = std::fs::remove_file(&file);
+    for line in applied {
         assert!(line.ends_with("created"), "{line}");
     }
 }
@@ -436,13 +438,7 @@ async fn nfs_subdir_class(cluster: &Cluster) -> PathBuf {
             )
             .replace(image, &format!("{image}  allow-privileged: \"true\"\n"));
     }
-    let file = std::env::temp_dir().join(format!(
-        "flex-nfs-subdir-{}.yaml",
-        kube_sandbox::ids::name_suffix()
-    ));
-    std::fs::write(&file, text).unwrap();
-    with_examples_on_files(cluster, &file).await;
-    let _ = std::fs::remove_file(&file);
+    apply_example(cluster, "nfs-subdir", &text).await;
     export
 }
 
