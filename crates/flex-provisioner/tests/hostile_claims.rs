@@ -230,7 +230,7 @@ async fn twenty_claims_held_mid_job_do_not_slow_eighty_others() {
     let _c = controller_with(&sb, as_deployed());
     class(&sb, "fast", "Immediate", "make-pv", json!({})).await;
     class(&sb, "long", "Immediate", "long", json!({})).await;
-    let alone = timed_burst(&sb, "a", 80, "fast", 80).await;
+    let alone = timed_burst(&sb, "a", 80, "fast").await;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(sb.client().unwrap(), "default");
     let mut held = std::collections::BTreeSet::new();
     for i in 0..20 {
@@ -272,7 +272,7 @@ async fn twenty_claims_held_mid_job_do_not_slow_eighty_others() {
     })
     .await;
     let (beside_held, ()) = tokio::join!(
-        timed_burst(&sb, "b", 80, "fast", 160),
+        timed_burst(&sb, "b", 80, "fast"),
         a_plain_orphan_is_taken_at_once(&sb)
     );
     assert_as_fast(&sb, &alone, &beside_held, "20 claims held mid-Job");
@@ -325,7 +325,7 @@ async fn an_attempt_of_four_billion_and_a_failing_image_slow_nothing() {
     );
     class(&sb, "fast", "Immediate", "make-pv", json!({})).await;
     class(&sb, "broken", "Immediate", "fails", json!({})).await;
-    let alone = timed_burst(&sb, "a", 20, "fast", 20).await;
+    let alone = timed_burst(&sb, "a", 20, "fast").await;
     // One per worker of this test's runtime (the controller's): together they could pin
     // every worker if a plan's work grew with the number.
     let mut hostile = Vec::new();
@@ -344,7 +344,7 @@ async fn an_attempt_of_four_billion_and_a_failing_image_slow_nothing() {
     for (name, _) in &hostile {
         wait_event(&sb, name, "ProvisioningFailed", "backend unreachable", 60).await;
     }
-    let beside_hostile = timed_burst(&sb, "b", 20, "fast", 40).await;
+    let beside_hostile = timed_burst(&sb, "b", 20, "fast").await;
     assert_as_fast(&sb, &alone, &beside_hostile, "the hostile claims");
     for (name, uid) in &hostile {
         let attempts: Vec<u64> = jobs_for(&sb, uid)
