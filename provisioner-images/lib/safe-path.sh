@@ -280,7 +280,8 @@ missing_capabilities() {
 # remove_created_on_failure BASE: the EXIT trap of a provisioning attempt. When the attempt
 # fails after making the volume's directory (CREATED, a path below the real path BASE), it
 # removes the directory and what was copied into it, and the parents left empty, so that a
-# failed attempt leaves no storage behind (a retry makes it again).
+# failed attempt leaves no storage behind (a retry makes it again). A directory it found
+# empty (FRESH, see fresh_unless_created) is emptied instead.
 remove_created_on_failure() {
     _status=$?
     if [ "$_status" -ne 0 ] && [ -n "${CREATED:-}" ] && [ -d "$CREATED" ] && [ ! -L "$CREATED" ]; then
@@ -290,8 +291,22 @@ remove_created_on_failure() {
         # termination message.
         (TERMINATION_LOG=/dev/null; remove_tree "$_created" "$1" "$_created") >/dev/null 2>&1 \
             && remove_empty_parents "$_created" "$1"
+    elif [ "$_status" -ne 0 ] && [ -n "${FRESH:-}" ] && [ -d "$FRESH" ] && [ ! -L "$FRESH" ]; then
+        _fresh=$FRESH
+        FRESH=
+        (TERMINATION_LOG=/dev/null; empty_dir "$_fresh" "$1" "$_fresh") >/dev/null 2>&1 || true
     fi
     exit "$_status"
+}
+
+# fresh_unless_created DIR: DIR (found by walk_below) was there before this attempt and is
+# empty (a per-volume mount the kubelet made, which no pod can remove from inside): a
+# failed attempt empties it again (FRESH) where it would remove a directory it made.
+fresh_unless_created() {
+    FRESH=
+    [ -z "${CREATED:-}" ] || return 0
+    [ -z "$(ls -A -- "$1" 2>/dev/null)" ] || return 0
+    FRESH=$1
 }
 
 # archive_dir DIR SHOWN: renames the directory DIR (a real path found by walk_below) to

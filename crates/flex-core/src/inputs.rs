@@ -53,6 +53,10 @@ pub fn inputs_hash(config: &ClassConfig, claim: &ClaimRequest) -> String {
     if let Some(declared) = p.allowed_volumes.declared() {
         canonical["config"]["allowedVolumes"] = declared;
     }
+    if let Some(layout) = &p.volume_layout {
+        canonical["config"]["volumeLayout"] =
+            serde_json::json!({"base": layout.base, "directory": layout.directory});
+    }
     let digest = sha2::Sha256::digest(canonical.to_string().as_bytes());
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
     format!("{INPUTS_FORM}-{hex}")

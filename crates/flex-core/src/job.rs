@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::claim::{ClaimRequest, NodeInfo};
 use crate::config::{ClassConfig, PvCreator, pod_template};
+use crate::isolation::{SourceMount, VolumeDirectory};
 use crate::names::{
     ANN_CLAIM, ANN_CONFIG, ANN_STORAGE_CLASS, Action, CONTAINER_NAME, LABEL_ACTION, LABEL_ATTEMPT,
     LABEL_CLAIM_UID, LABEL_MANAGED_BY, LABEL_VOLUME, MANAGED_BY_VALUE, TERMINATION_MESSAGE_PATH,
@@ -57,10 +58,14 @@ pub struct JobRecipe {
     /// business with the API, so a compromised one cannot reach it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub no_api_token: bool,
+    /// The volume's directory in the class's `volume-base`: the pod mounts only what the
+    /// action needs of it (isolation.rs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume: Option<VolumeDirectory>,
 }
 
 impl JobRecipe {
-    fn from_config(config: &ClassConfig, node: Option<&NodeInfo>) -> Self {
+    fn from_config(config: &ClassConfig, rendered: &Rendered, node: Option<&NodeInfo>) -> Self {
         let p = &config.provisioner;
         JobRecipe {
             namespace: p.namespace.clone(),
@@ -76,20 +81,21 @@ impl JobRecipe {
             retries: p.retries,
             permanent_exit_codes: p.permanent_exit_codes.clone(),
             no_api_token: p.pv_creator == PvCreator::Controller,
+            volume: rendered.volume(config),
         }
     }
 
     pub fn provision(config: &ClassConfig, rendered: &Rendered, node: Option<&NodeInfo>) -> Self {
         JobRecipe {
             args: rendered.args.clone(),
-            ..Self::from_config(config, node)
+            ..Self::from_config(config, rendered, node)
         }
     }
 
     /// `deprovision-image`/`-command`/`-args` where given, else the provisioning ones.
     pub fn deprovision(config: &ClassConfig, rendered: &Rendered, node: Option<&NodeInfo>) -> Self {
         let p = &config.provisioner;
-        Self::from_config(config, node).overridden(
+        Self::from_config(config, rendered, node).overridden(
             &p.deprovision_image,
             &p.deprovision_command,
             &rendered.deprovision_args,
@@ -100,7 +106,7 @@ impl JobRecipe {
     /// `expand-image`/`-command`/`-args` where given, else the provisioning ones.
     pub fn expand(config: &ClassConfig, rendered: &Rendered, node: Option<&NodeInfo>) -> Self {
         let p = &config.provisioner;
-        Self::from_config(config, node).overridden(
+        Self::from_config(config, rendered, node).overridden(
             &p.expand_image,
             &p.expand_command,
             &rendered.expand_args,
@@ -169,6 +175,7 @@ pub fn provision_job(cx: ProvisionContext<'_>, attempt: u32, ttl_seconds: i32) -
         recipe: JobRecipe::provision(config, rendered, node),
         env,
         parameters: &rendered.parameters,
+        source: source.and_then(|s| s.mount()),
         ttl_seconds,
     });
     let annotations = job
@@ -188,14 +195,14 @@ pub fn provision_job(cx: ProvisionContext<'_>, attempt: u32, ttl_seconds: i32) -
         crate::names::ANN_EXPAND_SPEC.to_owned(),
         serde_json::to_string(&JobRecipe::expand(config, rendered, node)).unwrap_or_default(),
     );
-    annotations.extend(report_limits(config));
+    annotations.extend(report_limits(config, rendered));
     job
 }
 
 /// What a report may hold, for a claim deleted before the controller read the report
 /// (plan::orphan): the class's ConfigMap may have changed by then. Only with
 /// `pv-creator: controller`.
-fn report_limits(config: &ClassConfig) -> Vec<(String, String)> {
+fn report_limits(config: &ClassConfig, rendered: &Rendered) -> Vec<(String, String)> {
     if config.provisioner.pv_creator != crate::config::PvCreator::Controller {
         return vec![];
     }
@@ -212,7 +219,7 @@ fn report_limits(config: &ClassConfig) -> Vec<(String, String)> {
         ),
         (
             crate::names::ANN_ALLOWED_VOLUMES.to_owned(),
-            serde_json::to_string(&config.provisioner.allowed_volumes).unwrap_or_default(),
+            serde_json::to_string(&rendered.allowed_volumes(config)).unwrap_or_default(),
         ),
     ]
 }
@@ -258,7 +265,9 @@ fn provision_env(cx: &ProvisionContext<'_>) -> Vec<(&'static str, String)> {
             config.provisioner.pv_creator.as_str().to_owned(),
         ),
     ];
+    let directory = rendered.volume_directory.clone();
     env.into_iter()
+        .chain(directory.map(|d| ("VOLUME_DIRECTORY", d)))
         .chain(source.map(|s| s.env()).unwrap_or_default())
         .collect()
 }
@@ -392,6 +401,11 @@ fn volume_job(v: VolumeJob<'_>) -> Job {
         ),
         ("TERMINATION_LOG", TERMINATION_MESSAGE_PATH.to_owned()),
     ];
+    let directory = recipe.volume.as_ref().map(|v| v.directory.clone());
+    let env = env
+        .into_iter()
+        .chain(directory.map(|d| ("VOLUME_DIRECTORY", d)))
+        .collect();
     // Provisioning Jobs are named per claim; deprovisioning per volume.
     let subject = match action {
         Action::Deprovision => volume.clone(),
@@ -412,6 +426,7 @@ fn volume_job(v: VolumeJob<'_>) -> Job {
         recipe,
         env,
         parameters,
+        source: None,
         ttl_seconds,
     });
     job.metadata
@@ -435,6 +450,8 @@ struct JobInput<'a> {
     recipe: JobRecipe,
     env: Vec<(&'static str, String)>,
     parameters: &'a BTreeMap<String, String>,
+    /// A clone's source directory (classes with `volume-base`).
+    source: Option<SourceMount>,
     ttl_seconds: i32,
 }
 
@@ -450,6 +467,7 @@ fn build(input: JobInput<'_>) -> Job {
         recipe,
         env,
         parameters,
+        source,
         ttl_seconds,
     } = input;
     let labels = BTreeMap::from([
@@ -492,6 +510,9 @@ fn build(input: JobInput<'_>) -> Job {
         None => ours,
     };
     keep_container_hardening(&mut template);
+    if let Some(dir) = &recipe.volume {
+        crate::isolation::mount_only(&mut template, action, dir, source.as_ref());
+    }
     if recipe.no_api_token
         && let Some(spec) = template.spec.as_mut()
     {
@@ -804,6 +825,7 @@ mod tests {
             retries: 1,
             permanent_exit_codes: BTreeSet::new(),
             no_api_token: true,
+            volume: None,
         };
         let job = build(JobInput {
             action: Action::Deprovision,
@@ -816,6 +838,7 @@ mod tests {
             recipe,
             env: Vec::new(),
             parameters: &BTreeMap::new(),
+            source: None,
             ttl_seconds: 60,
         });
         let pod = job.spec.unwrap().template.spec.unwrap();

@@ -12,6 +12,7 @@ pub mod claim;
 pub mod config;
 mod error;
 pub mod inputs;
+pub mod isolation;
 pub mod job;
 pub mod names;
 pub mod plan;

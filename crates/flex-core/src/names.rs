@@ -89,6 +89,7 @@ pub const BUILTIN_ENV: &[&str] = &[
     "SOURCE_PV_JSON",
     "SOURCE_PARAMETERS",
     "DATA_SOURCE_JSON",
+    "VOLUME_DIRECTORY",
     "KUBECONFIG",
 ];
 

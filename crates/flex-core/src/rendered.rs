@@ -31,9 +31,30 @@ pub struct Rendered {
     pub args: Option<Vec<String>>,
     pub deprovision_args: Option<Vec<String>>,
     pub expand_args: Option<Vec<String>>,
+    /// The claim's directory in its class's `volume-base` (`volume-directory`).
+    pub volume_directory: Option<String>,
 }
 
 impl Rendered {
+    /// Where the claim's volume lives, for a class with `volume-base`.
+    pub fn volume(&self, config: &ClassConfig) -> Option<crate::isolation::VolumeDirectory> {
+        let layout = config.provisioner.volume_layout.as_ref()?;
+        Some(crate::isolation::VolumeDirectory {
+            base: layout.base.clone(),
+            directory: self.volume_directory.clone()?,
+        })
+    }
+
+    /// What a report for this claim may name: the class's declarations, or exactly the
+    /// claim's directory with `volume-base`.
+    pub fn allowed_volumes(&self, config: &ClassConfig) -> crate::config::AllowedVolumes {
+        let p = &config.provisioner;
+        let exact = self.volume(config).and_then(|dir| {
+            crate::isolation::exact_volume(p.pod_template.as_ref()?, &dir)
+        });
+        p.allowed_volumes.clone().with_exact(exact)
+    }
+
     /// The `PARAMETERS` JSON object.
     pub fn parameters_json(&self) -> String {
         serde_json::to_string(&self.parameters).unwrap_or_else(|_| "{}".into())
@@ -82,11 +103,27 @@ pub fn render_for_claim(
     for (key, param) in &p.parameters {
         parameters.insert(key.clone(), one(key, &param.template)?);
     }
+    let volume_directory = p
+        .volume_layout
+        .as_ref()
+        .map(|layout| {
+            let key = crate::config::volume_layout::VOLUME_DIRECTORY_KEY;
+            let directory = one(key, &layout.directory)?;
+            match crate::isolation::directory_problem(&directory) {
+                None => Ok(directory),
+                Some(why) => Err(RenderFailure {
+                    key: key.to_owned(),
+                    error: TemplateError::Render(why),
+                }),
+            }
+        })
+        .transpose()?;
     Ok(Rendered {
         parameters,
         args: list("args", &p.args)?,
         deprovision_args: list("deprovision-args", &p.deprovision_args)?,
         expand_args: list("expand-args", &p.expand_args)?,
+        volume_directory,
     })
 }
 

@@ -14,6 +14,9 @@ pub enum SourceData {
     Volume {
         pv: Box<PersistentVolume>,
         parameters: BTreeMap<String, String>,
+        /// Its directory, mounted read-only in the clone's pod, when its class has
+        /// `volume-base` (isolation.rs).
+        mount: Option<Box<crate::isolation::SourceMount>>,
     },
     /// An object of a kind the class lists (`DATA_SOURCE_JSON`).
     Object(serde_json::Value),
@@ -25,7 +28,7 @@ impl SourceData {
     /// The environment a provisioning Job gets for this source.
     pub fn env(&self) -> Vec<(&'static str, String)> {
         match self {
-            SourceData::Volume { pv, parameters } => {
+            SourceData::Volume { pv, parameters, .. } => {
                 let mut pv = pv.as_ref().clone();
                 pv.metadata.managed_fields = None;
                 vec![
@@ -50,6 +53,14 @@ impl SourceData {
                 vec![("DATA_SOURCE_JSON", object.to_string())]
             }
             SourceData::Unusable(_) => vec![],
+        }
+    }
+
+    /// A clone source's directory, as the clone's pod mounts it.
+    pub fn mount(&self) -> Option<crate::isolation::SourceMount> {
+        match self {
+            SourceData::Volume { mount, .. } => mount.as_deref().cloned(),
+            _ => None,
         }
     }
 
@@ -131,6 +142,7 @@ pub fn from_record(
     match record {
         Some(Ok(r)) => SourceData::Volume {
             pv: Box::new(pv.clone()),
+            mount: crate::isolation::source_mount(&r.recipe).map(Box::new),
             parameters: r.parameters,
         },
         Some(Err(why)) => SourceData::Unusable(why.to_string()),

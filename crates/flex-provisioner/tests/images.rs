@@ -104,7 +104,7 @@ async fn hostpath_refuses_a_path_that_escapes_its_base() {
     common::at_root();
     let (sb, _c) = with_examples(&["configmaps/hostpath.yaml"]).await;
     let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(sb.client().unwrap(), NS);
-    let patch = json!({"data": {"directory": "../../etc/{{claim.name}}"}});
+    let patch = json!({"data": {"volume-directory": "../../etc/{{claim.name}}"}});
     cms.patch(
         "hostpath-provisioner",
         &Default::default(),
@@ -113,16 +113,16 @@ async fn hostpath_refuses_a_path_that_escapes_its_base() {
     .await
     .unwrap();
     claim_with_pod(&sb, "evil", "local-hostpath", "evil-writer").await;
-    let m = wait_event(&sb, "evil", "ProvisioningFailed", "not retried", 30).await;
-    assert!(
-        m.contains("escapes base-path"),
-        "the image's own message reaches the claim: {m}"
-    );
+    // The controller refuses the rendered directory before any Job could mount it (the
+    // image refuses such a parameter too: image_hardening.rs).
+    let m = wait_event(&sb, "evil", "ProvisioningFailed", "volume-directory", 30).await;
+    assert!(m.contains("`..` segment"), "{m}");
+    assert!(m.contains("../../etc/evil"), "{m}");
     let jobs = Api::<k8s_openapi::api::batch::v1::Job>::namespaced(sb.client().unwrap(), NS)
         .list(&Default::default())
         .await
         .unwrap();
-    assert_eq!(jobs.items.len(), 1, "a permanent exit code is not retried");
+    assert_eq!(jobs.items.len(), 0, "no Job mounts a directory outside the base");
 }
 
 #[tokio::test]
@@ -137,7 +137,7 @@ async fn nfs_subdir_provisions_binds_writes_and_archives() {
         .unwrap();
     let nfs = pv.spec.unwrap().nfs.unwrap();
     assert_eq!(nfs.server, "nfs.storage.example.com");
-    let subdir = format!("shared/default-data-{pv_name}");
+    let subdir = format!("default/shared-data-{pv_name}");
     assert_eq!(nfs.path, format!("/exports/k8s/{subdir}"));
     // The sandbox keeps an NFS export's files under its work dir.
     let export = sb.nfs_dir("nfs.storage.example.com", "/exports/k8s");
@@ -147,7 +147,7 @@ async fn nfs_subdir_provisions_binds_writes_and_archives() {
     );
     delete_and_wait(&sb, "data", &pv_name).await;
     assert!(!export.join(&subdir).exists());
-    let archived = export.join(format!("shared/archived-default-data-{pv_name}"));
+    let archived = export.join(format!("default/archived-shared-data-{pv_name}"));
     assert!(
         archived.join("hello.txt").is_file(),
         "on-delete: archive keeps the data: {}",
@@ -173,7 +173,7 @@ async fn nfs_subdir_clones_a_claim_with_its_data() {
     let copy = bound(&sb, "copy", 60).await;
     let pv_name = copy.spec.unwrap().volume_name.unwrap();
     let export = sb.nfs_dir("nfs.storage.example.com", "/exports/k8s");
-    let copied = export.join(format!("shared/default-copy-{pv_name}/hello.txt"));
+    let copied = export.join(format!("default/shared-copy-{pv_name}/hello.txt"));
     let text =
         std::fs::read_to_string(&copied).unwrap_or_else(|e| panic!("{}: {e}", copied.display()));
     assert!(text.starts_with("written by data-writer"), "{text}");
@@ -185,7 +185,7 @@ async fn nfs_subdir_clones_a_claim_with_its_data() {
                 == copy.metadata.uid.clone().unwrap()
         })
         .unwrap();
-    let env = job.spec.unwrap().template.spec.unwrap().containers[0]
+    let env = job.spec.clone().unwrap().template.spec.unwrap().containers[0]
         .env
         .clone()
         .unwrap();
@@ -198,13 +198,19 @@ async fn nfs_subdir_clones_a_claim_with_its_data() {
     assert_eq!(source["spec"]["claimRef"]["name"], "data");
     let parameters: serde_json::Value =
         serde_json::from_str(&var("SOURCE_PARAMETERS").unwrap()).unwrap();
-    assert!(
-        parameters["subdir"]
-            .as_str()
-            .unwrap()
-            .contains("default-data-"),
-        "{parameters}"
-    );
+    assert_eq!(parameters["on-delete"], "archive", "{parameters}");
+    // The source's directory, from its record, mounted read-only at its place in the export.
+    let mounts = job.spec.unwrap().template.spec.unwrap().containers[0]
+        .volume_mounts
+        .clone()
+        .unwrap();
+    let source_dir = mounts
+        .iter()
+        .find(|m| m.read_only == Some(true))
+        .expect("the source is mounted read-only");
+    let sub = source_dir.sub_path.clone().unwrap();
+    assert!(sub.starts_with("default/shared-data-"), "{sub}");
+    assert_eq!(source_dir.mount_path, format!("/export/{sub}"));
     assert_eq!(
         job.metadata.annotations.unwrap()["flex-provisioner.io/source-volume"],
         source["metadata"]["name"].as_str().unwrap()

@@ -229,12 +229,14 @@ async fn hostpath_provisions_clones_expands_and_deprovisions_another_users_priva
             .to_string()
             .trim_start_matches('/'),
     );
-    eventually(
-        30,
-        "the namespace's directory to go with its last volume",
-        || async { (!ns_dir.exists()).then_some(()) },
-    )
-    .await;
+    // Nothing of the namespace is left: where the kubelet mounts, a deprovision Job sees
+    // only the namespace's directory, which it cannot remove from inside (a mount point),
+    // so the empty directory stays; elsewhere it goes with its last volume.
+    let left = std::fs::read_dir(&ns_dir)
+        .map(|d| d.count())
+        .unwrap_or_default();
+    assert_eq!(left, 0, "{} still holds {left} entries", ns_dir.display());
+    assert_eq!(ns_dir.exists(), cluster.is_real_node());
 }
 
 #[tokio::test]
@@ -272,18 +274,21 @@ async fn hostpath_without_a_needed_capability_fails_each_operation_with_a_clear_
         msg.contains("999:999"),
         "the event names what would change: {msg}"
     );
-    // Neither failed clone left a directory behind.
+    // Neither failed clone left anything it copied: the directories the kubelet made for
+    // their Jobs (volume-base) are emptied, the only entries beside the source's.
     let parent = src_dir.parent().unwrap().to_owned();
-    let left: Vec<String> = std::fs::read_dir(&parent)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    assert_eq!(
-        left,
-        vec![src_dir.file_name().unwrap().to_string_lossy().into_owned()],
-        "only the source's directory is left in {}",
-        parent.display()
-    );
+    let mut left = 0;
+    for entry in std::fs::read_dir(&parent).unwrap() {
+        let path = entry.unwrap().path();
+        if path == src_dir {
+            continue;
+        }
+        left += 1;
+        assert!(path.is_dir() && !path.is_symlink(), "{}", path.display());
+        let inside: Vec<_> = std::fs::read_dir(&path).unwrap().collect();
+        assert!(inside.is_empty(), "{} holds {inside:?}", path.display());
+    }
+    assert!(left <= 2, "one directory per failed clone at most in {}", parent.display());
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(cluster.client().unwrap(), "default");
     for name in ["unread", "unowned"] {
         let c = claims.get(name).await.unwrap();
@@ -500,5 +505,113 @@ async fn nfs_subdir_provisions_clones_and_archives_as_its_own_user() {
             .iter()
             .any(|n| shared.join(n).join("docs/report").is_file()),
         "the data is kept in the archive: {archived:?}"
+    );
+}
+
+/// The clone race: a tenant's pod swaps a directory of its own volume for links to another
+/// namespace's volume and to a sibling claim's, in a tight loop, while the volume is cloned
+/// again and again. The clone's pod mounts only the source (read-only) and the new
+/// directory, so the links resolve inside the container, where neither exists: no clone
+/// ever holds another tenant's file, whatever the timing. Only a kubelet that mounts
+/// (`subPath`) can show this: the sandbox's pods see the node's files through links
+/// (docs/sandbox-known-differences.md).
+#[tokio::test]
+async fn a_clone_racing_links_in_its_source_never_copies_another_tenants_files() {
+    const CLONES: usize = 4;
+    common::at_root();
+    let cluster = common::provisioning::node_cluster().await;
+    if !cluster.is_real_node() {
+        eprintln!("the clone race needs a kubelet that mounts: it runs in the real-node lane (scripts/e2e-real --real-node)");
+        return;
+    }
+    let _c = common::provisioning::controller(&cluster);
+    let base = hostpath_class(&cluster, "hostpath", SHIPPED_CAPS).await;
+    // Another namespace's volume, private to its user, on the same node.
+    let other = base.join("other-team/vault");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("key"), "other-tenant-secret\n").unwrap();
+    // A sibling claim of the racer's own namespace.
+    plain_claim(&cluster, "sibling", "hostpath").await;
+    shell_pod(
+        &cluster,
+        "sibling-writer",
+        "sibling",
+        "echo sibling-secret > /data/key; chmod 600 /data/key",
+    )
+    .await;
+    let sibling = bound(&cluster, "sibling", 60).await;
+    let sibling_dir = storage_dir(&cluster, &volume_of(&cluster, &sibling).await);
+    let sibling_rel = sibling_dir.strip_prefix(&base).unwrap().display().to_string();
+
+    plain_claim(&cluster, "src", "hostpath").await;
+    let racer = format!(
+        "cd /data && mkdir -p d && echo mine > d/file && while :; do
+           mv d d.real; ln -s {other} d; rm d
+           ln -s ../../other-team/vault d; rm d
+           ln -s {base}/{sibling_rel} d; rm d
+           ln -s ../{sibling_leaf} d; rm d
+           mv d.real d; done",
+        other = other.display(),
+        base = base.display(),
+        sibling_leaf = sibling_rel.rsplit('/').next().unwrap(),
+    );
+    create_pod(&cluster, busybox_pod("racer", "src", json!(["sh", "-c", racer]))).await;
+    bound(&cluster, "src", 60).await;
+    let pods: Api<Pod> = Api::namespaced(cluster.client().unwrap(), "default");
+    eventually(60, "the racer to run", || async {
+        let phase = pods.get("racer").await.ok()?.status?.phase?;
+        (phase == "Running").then_some(())
+    })
+    .await;
+
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(cluster.client().unwrap(), "default");
+    for i in 0..CLONES {
+        let name = format!("copy-{i}");
+        clone_claim(&cluster, &name, "hostpath", "src").await;
+        shell_pod_pending(&cluster, &format!("{name}-user"), &name).await;
+        // Bound, or an attempt failed (the racer may make its own clone fail): either way
+        // the copy ran during the race.
+        eventually(180, &format!("clone {name} to be tried"), || async {
+            let c = claims.get(&name).await.ok()?;
+            let is_bound = c.status?.phase.as_deref() == Some("Bound");
+            let failed = claim_events(&cluster, &name)
+                .await
+                .iter()
+                .any(|(reason, _)| reason == "ProvisioningFailed");
+            (is_bound || failed).then_some(())
+        })
+        .await;
+    }
+    pods.delete("racer", &DeleteParams::default()).await.unwrap();
+    let mut copies = Vec::new();
+    for i in 0..CLONES {
+        let copy = bound(&cluster, &format!("copy-{i}"), 300).await;
+        copies.push(storage_dir(&cluster, &volume_of(&cluster, &copy).await));
+    }
+    for dir in &copies {
+        let out = std::process::Command::new("grep")
+            .args(["-r", "-l", "-e", "other-tenant-secret", "-e", "sibling-secret"])
+            .arg(dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.stdout.is_empty(),
+            "a clone holds another tenant's file: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let own = std::process::Command::new("grep")
+            .args(["-r", "-l", "-e", "mine"])
+            .arg(dir)
+            .output()
+            .unwrap();
+        assert!(
+            !own.stdout.is_empty(),
+            "{} holds the source's own file",
+            dir.display()
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(other.join("key")).unwrap(),
+        "other-tenant-secret\n"
     );
 }

@@ -36,6 +36,35 @@ const LOG_TAIL_BYTES: usize = 2048;
 /// `MaxContainerTerminationMessageLength`).
 const MAX_TERMINATION_MESSAGE_BYTES: usize = 4096;
 
+/// Makes the directory `sub` inside the volume at `volume`, one component at a time, as a
+/// kubelet makes a missing subPath: a component that is a link leading out of the volume
+/// is refused, and nothing is made through it.
+fn make_sub_path(volume: &Path, sub: &str) -> Result<(), String> {
+    let _ = std::fs::create_dir_all(volume);
+    let inside = std::fs::canonicalize(volume).unwrap_or_else(|_| volume.to_path_buf());
+    let mut p = volume.to_path_buf();
+    for component in sub.split('/').filter(|c| !c.is_empty()) {
+        if component == ".." {
+            return Err(format!("subpath {sub:?} must not contain '..'"));
+        }
+        p.push(component);
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let target = std::fs::canonicalize(&p).unwrap_or_default();
+                if !target.starts_with(&inside) {
+                    return Err(format!(
+                        "subpath {sub:?} not within volume path {:?}",
+                        volume.display()
+                    ));
+                }
+            }
+            Ok(_) => {}
+            Err(_) => std::fs::create_dir(&p).map_err(|e| format!("cannot make {sub:?}: {e}"))?,
+        }
+    }
+    Ok(())
+}
+
 /// Output of every container, by pod, for `kubectl logs` and the controller's fallback.
 #[derive(Default)]
 pub struct PodLogs(Mutex<HashMap<(String, String), String>>);
@@ -569,8 +598,10 @@ impl Kubelet {
         path
     }
 
-    /// Makes each mounted volume visible at `$SANDBOX_ROOT/<mountPath>`.
-    fn mount_volumes(&self, pod: &Value, pod_dir: &Path, node: &str) {
+    /// Makes each mounted volume (or its `subPath`) visible at `$SANDBOX_ROOT/<mountPath>`.
+    /// A `subPath` that leaves its volume through a link fails the pod as a kubelet fails
+    /// it (CreateContainerConfigError), before any container starts.
+    fn mount_volumes(&self, pod: &Value, pod_dir: &Path, node: &str) -> Result<(), Waiting> {
         let root = self.node_root(node);
         let volumes: BTreeMap<String, Value> = pod["spec"]["volumes"]
             .as_array()
@@ -590,16 +621,30 @@ impl Kubelet {
             let Some(v) = volumes.get(m["name"].as_str().unwrap_or_default()) else {
                 continue;
             };
-            let Some(backing) = self.backing_dir(v, pod, pod_dir, &root) else {
+            let Some(mut backing) = self.backing_dir(v, pod, pod_dir, &root) else {
                 continue;
             };
+            let mut mount_path = m["mountPath"].as_str().unwrap_or_default().to_owned();
+            // A subPath is a directory inside the volume, made when missing, as a kubelet
+            // makes it. Mounted at the path it has below the volume's own mount (as
+            // flex-provisioner's per-volume mounts are), the whole volume is linked there
+            // instead: links cannot stand for a mount inside a directory, and a link in the
+            // way would be refused by the images' scripts (docs/sandbox-known-differences.md).
+            if let Some(sub) = m["subPath"].as_str().filter(|s| !s.is_empty()) {
+                make_sub_path(&backing, sub).map_err(|why| Waiting {
+                    reason: "CreateContainerConfigError".into(),
+                    message: format!(
+                        "failed to prepare subPath for volumeMount \"{}\": {why}",
+                        m["name"].as_str().unwrap_or_default()
+                    ),
+                })?;
+                match mount_path.strip_suffix(&format!("/{sub}")) {
+                    Some(volume_path) => mount_path = volume_path.to_owned(),
+                    None => backing = backing.join(sub),
+                }
+            }
             let _ = std::fs::create_dir_all(&backing);
-            let target = root.join(
-                m["mountPath"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .trim_start_matches('/'),
-            );
+            let target = root.join(mount_path.trim_start_matches('/'));
             if target == backing || target.exists() {
                 continue;
             }
@@ -608,6 +653,7 @@ impl Kubelet {
             }
             let _ = std::os::unix::fs::symlink(&backing, &target);
         }
+        Ok(())
     }
 
     fn backing_dir(&self, v: &Value, pod: &Value, pod_dir: &Path, root: &Path) -> Option<PathBuf> {
@@ -661,11 +707,14 @@ impl Kubelet {
         let pod_dir = self.work_dir.join("pods").join(uid_of(&pod));
         let _ = std::fs::create_dir_all(&pod_dir);
         let _ = std::fs::create_dir_all(self.node_root(&node));
-        self.mount_volumes(&pod, &pod_dir, &node);
+        let mounted = self.mount_volumes(&pod, &pod_dir, &node);
         let containers: Vec<Value> = pod["spec"]["containers"]
             .as_array()
             .cloned()
             .unwrap_or_default();
+        if let (Err(w), Some(c)) = (mounted, containers.first()) {
+            return self.cannot_start(&pod, c, w).await;
+        }
         let mut prepared = Vec::new();
         for c in &containers {
             match self.prepare(&pod, c, &pod_dir, &node) {

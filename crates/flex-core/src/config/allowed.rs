@@ -75,6 +75,30 @@ pub struct AllowedVolumes {
     /// The config namespace (the ConfigMap's own): the only one a reported secret
     /// reference may name.
     pub secret_namespace: String,
+    /// With `volume-base`: the one volume a report for this claim may name (the
+    /// declarations above are then not read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exact: Option<ExactVolume>,
+}
+
+/// The volume a class with `volume-base` made for one claim: its base's node directory
+/// or export, with the claim's rendered `volume-directory` below it (isolation.rs).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ExactVolume {
+    /// A `hostPath` or `local` volume at this path.
+    Path(String),
+    /// An `nfs` volume of this server and path.
+    Nfs { server: String, path: String },
+}
+
+impl std::fmt::Display for ExactVolume {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExactVolume::Path(p) => write!(f, "path {p}"),
+            ExactVolume::Nfs { server, path } => write!(f, "nfs {server}:{path}"),
+        }
+    }
 }
 
 impl AllowedVolumes {
@@ -84,6 +108,12 @@ impl AllowedVolumes {
             secret_namespace: secret_namespace.to_owned(),
             ..AllowedVolumes::default()
         }
+    }
+
+    /// These declarations for one claim whose volume is exactly `exact`.
+    pub fn with_exact(mut self, exact: Option<ExactVolume>) -> Self {
+        self.exact = exact;
+        self
     }
 
     /// The values declared under `key`, if any.
@@ -151,6 +181,7 @@ impl AllowedVolumes {
             own.paths_from_base_path = false;
         }
         own.secret_namespace = String::new();
+        own.exact = None;
         (own != AllowedVolumes::default()).then(|| serde_json::to_value(&own).unwrap_or_default())
     }
 

@@ -150,6 +150,16 @@ pub const RESERVED_KEYS: &[(&str, &str, &str)] = &[
         "comma-separated Ceph monitors (`host[:port]`, as the image writes them) every monitor of a reported `rbd` or `cephfs` volume must be among; without it, every such report is refused",
     ),
     (
+        super::volume_layout::VOLUME_BASE_KEY,
+        "(none)",
+        "the pod-template volume (hostPath or nfs, mounted whole by the container) that holds the class's volumes, one directory each: every Job then mounts only the directories it acts on, and a report must name exactly the claim's directory; needs `volume-directory`",
+    ),
+    (
+        super::volume_layout::VOLUME_DIRECTORY_KEY,
+        "(none)",
+        "template of a claim's directory inside `volume-base`, e.g. `{{claim.namespace}}/{{claim.name}}-{{claim.uid}}`; rendered once, recorded, handed to the Jobs as `VOLUME_DIRECTORY`",
+    ),
+    (
         UNSANITISED_KEY,
         "(none)",
         "comma-separated parameter keys (or `args`, `deprovision-args`) that may take a claim's labels or annotations into a path unsanitised, because the image validates them; without it that is an error",

@@ -16,6 +16,7 @@ mod report_error;
 pub mod sources;
 mod unsanitised;
 pub mod values;
+pub mod volume_layout;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -33,6 +34,7 @@ pub use parse::{Verdict, parse_config_map, parse_config_map_with};
 pub use problem::{ConfigErrors, Problem, Severity};
 pub use report_error::ReportError;
 pub use sources::PvCreator;
+pub use volume_layout::VolumeLayout;
 
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 pub const DEFAULT_RETRIES: u32 = 2;
@@ -91,6 +93,8 @@ pub struct ProvisionerConfig {
     /// The data source kinds a claim may name (`data-sources`): `Kind` for the core group
     /// (`PersistentVolumeClaim`), `group/Kind` otherwise.
     pub data_sources: BTreeSet<String>,
+    /// `volume-base` and `volume-directory`: each Job mounts only its volume's directory.
+    pub volume_layout: Option<VolumeLayout>,
     pub parameters: BTreeMap<String, Parameter>,
     /// Keys whose templates read `node.*`, which only WaitForFirstConsumer classes have.
     pub node_users: Vec<String>,

@@ -11,6 +11,7 @@ use super::privilege::{self, ALLOW_PRIVILEGED_KEY};
 use super::problem::Problem;
 use super::sources::{self, PvCreator};
 use super::unsanitised::{OptOut, base_key};
+use super::volume_layout::{self, VOLUME_BASE_KEY, VOLUME_DIRECTORY_KEY};
 use super::{
     DEFAULT_PERMANENT_EXIT_CODE, DEFAULT_RETRIES, DEFAULT_TIMEOUT, MAX_PARAMETERS, MAX_RETRIES,
     MAX_TEMPLATE_BYTES, Parameter, ProvisionerConfig, pod_template, values,
@@ -338,6 +339,13 @@ impl Parser {
             }
             "node-local" => c.node_local = self.value(key, raw, values::boolean).unwrap_or(false),
             "pod-template" => c.pod_template = self.value(key, raw, pod_template::parse),
+            VOLUME_BASE_KEY => read.volume_base = Some(raw.to_owned()),
+            VOLUME_DIRECTORY_KEY => {
+                if self.template(key, raw) {
+                    c.node_users.push(key.to_owned());
+                }
+                read.volume_directory = Some(raw.to_owned());
+            }
             ALLOW_PRIVILEGED_KEY => {
                 c.allow_privileged = self.value(key, raw, values::boolean).unwrap_or(false)
             }
@@ -383,7 +391,20 @@ impl Parser {
         data: &BTreeMap<String, String>,
         read: Read,
     ) {
-        let Read { image, envs, .. } = read;
+        let Read {
+            image,
+            envs,
+            volume_base,
+            volume_directory,
+            ..
+        } = read;
+        let (layout, problems) = volume_layout::read(
+            volume_base.as_deref(),
+            volume_directory.as_deref(),
+            c.pod_template.as_ref(),
+        );
+        c.volume_layout = layout;
+        self.problems.extend(problems);
         self.problems.extend(self.unsanitised.unneeded());
         let base_path = data.get(BASE_PATH_PARAMETER).map(String::as_str);
         c.allowed_volumes.default_paths_from(base_path);
@@ -518,6 +539,8 @@ struct Read {
     envs: BTreeMap<String, String>,
     /// More parameters than are checked: none is read.
     too_many: bool,
+    volume_base: Option<String>,
+    volume_directory: Option<String>,
 }
 
 /// A ConfigMap's configuration before any key is read: every default.
@@ -555,6 +578,7 @@ fn defaults(cm: &ConfigMap, storage_class: String) -> ProvisionerConfig {
             cm.metadata.namespace.as_deref().unwrap_or("default"),
         ),
         data_sources: BTreeSet::new(),
+        volume_layout: None,
         parameters: BTreeMap::new(),
         node_users: Vec::new(),
     }

@@ -92,6 +92,15 @@ pub enum ReportError {
         file: String,
         config_namespace: String,
     },
+    /// A class with `volume-base`: the report is not the claim's own directory.
+    #[error(
+        "it reported {kind} {shown}, but a volume of this class is exactly the directory volume-directory names for its claim ({expected}), never a link or another claim's directory below the base"
+    )]
+    NotExact {
+        kind: String,
+        shown: String,
+        expected: String,
+    },
     /// The template with the reported source is not a PersistentVolume.
     #[error("its report does not make a valid PV: {0}")]
     NotAPv(String),

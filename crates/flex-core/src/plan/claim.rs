@@ -577,6 +577,8 @@ struct Judging<'i, 'a> {
     by_controller: bool,
     /// What the latest attempt's pod reported (controller mode).
     report: Option<String>,
+    /// What that report may name (with a report).
+    allowed: Option<crate::config::AllowedVolumes>,
     /// `max-concurrent` Jobs of the class are running.
     throttled: bool,
 }
@@ -607,6 +609,9 @@ impl<'i, 'a> Judging<'i, 'a> {
         let report = latest
             .filter(|_| by_controller)
             .and_then(|j| report_of(j, &i.pods));
+        let allowed = report
+            .as_ref()
+            .map(|_| crate::isolation::allowed_for(config, latest));
         let latest_outcome = latest.map(|j| {
             let pods = pods_of(j, &i.pods);
             notices.extend(pod_notices(attempt_of(j), &pods));
@@ -627,6 +632,7 @@ impl<'i, 'a> Judging<'i, 'a> {
             attempt: latest.map(attempt_of).unwrap_or(recorded),
             by_controller,
             report,
+            allowed,
             throttled,
             request,
             config,
@@ -731,9 +737,8 @@ impl<'i, 'a> Judging<'i, 'a> {
     /// Stage 2: a PV exists under the claim's name. Right: bookkeeping (and the success
     /// notice); wrong: removed when our attempt made it, reported and left alone otherwise.
     fn judge_pv(mut self, pv: &PersistentVolume) -> Plan {
-        let reported = self.report.as_deref().and_then(|r| {
-            let p = &self.config.provisioner;
-            check_report(r, &p.volume_sources, &p.allowed_volumes).ok()
+        let reported = self.report.as_deref().zip(self.allowed.as_ref()).and_then(|(r, allowed)| {
+            check_report(r, &self.config.provisioner.volume_sources, allowed).ok()
         });
         let expected = Expected {
             sources: &self.config.provisioner.volume_sources,
@@ -938,7 +943,8 @@ impl<'i, 'a> Judging<'i, 'a> {
             return Ok(Failure::transient(message, at));
         };
         let p = &self.config.provisioner;
-        match check_report(raw, &p.volume_sources, &p.allowed_volumes)
+        let allowed = self.allowed.clone().unwrap_or_else(|| p.allowed_volumes.clone());
+        match check_report(raw, &p.volume_sources, &allowed)
             .and_then(|source| pv_with_source(&self.template, &source))
         {
             Ok(pv) => Err(Step::CreatePv { pv: Box::new(pv) }),

@@ -82,6 +82,12 @@ fn accepted(cm: &ConfigMap, provisioner_name: &str) -> String {
         return String::new();
     };
     let mut out = String::from("# What this class accepts from its image\n");
+    if let Some(layout) = &c.volume_layout {
+        out.push_str(&format!(
+            "#   volume-base {}: exactly the claim's directory in it (volume-directory, rendered above as VOLUME_DIRECTORY), never another path; the Jobs mount only the directories their action needs\n",
+            layout.base
+        ));
+    }
     for line in c.allowed_volumes.describe(c.pv_creator, &c.volume_sources) {
         out.push_str(&format!("#   {line}\n"));
     }

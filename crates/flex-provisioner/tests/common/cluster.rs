@@ -264,7 +264,8 @@ fn wrapper(script: &Path, dir: &Path, node: &str, extra_path: &[PathBuf]) -> Str
 /// What the sandbox's node does for a pod's volumes (crates/kube-sandbox/src/kubelet.rs),
 /// for the simulated node of a real control plane, which mounts nothing: each volume's
 /// backing directory (a hostPath or a claim's hostPath/local volume under the node's root,
-/// an NFS export under the cluster's `nfs/`) is linked at `$SANDBOX_ROOT/<mountPath>`.
+/// an NFS export under the cluster's `nfs/`) is linked at `$SANDBOX_ROOT/<mountPath>`; a
+/// `subPath` is made, and linked as the sandbox's kubelet links it.
 const MOUNT_PY: &str = r#"import json, os, subprocess, sys
 kubeconfig, root, nfs_root = sys.argv[1:4]
 ns = os.path.basename(os.environ.get("HOME", "").rstrip("/")).split("_")[0]
@@ -306,8 +307,16 @@ for c in spec.get("initContainers", []) + spec.get("containers", []):
         b = backing(v) if v else None
         if b is None:
             continue
+        mount_path = m.get("mountPath", "")
+        sub = m.get("subPath")
+        if sub:
+            os.makedirs(os.path.join(b, sub), exist_ok=True)
+            if mount_path.endswith("/" + sub):
+                mount_path = mount_path[: -len(sub) - 1]
+            else:
+                b = os.path.join(b, sub)
         os.makedirs(b, exist_ok=True)
-        target = under(root, m.get("mountPath", ""))
+        target = under(root, mount_path)
         if os.path.abspath(target) == os.path.abspath(b) or os.path.lexists(target):
             continue
         os.makedirs(os.path.dirname(target), exist_ok=True)

@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 use super::super::ReportError;
 use super::{
     ALLOWED_CSI_DRIVERS, ALLOWED_MONITORS, ALLOWED_NFS_PATHS, ALLOWED_NFS_SERVERS, ALLOWED_PATHS,
-    ALLOWED_PORTALS, AllowedVolumes, NEEDED, is_below, segments, what_key_lists,
+    ALLOWED_PORTALS, AllowedVolumes, ExactVolume, NEEDED, is_below, segments, what_key_lists,
 };
 
 /// Fields that name a credential file on the node: a report choosing one would mount with
@@ -65,10 +65,43 @@ fn strings<'a>(
     }
 }
 
+/// A report of a class with `volume-base` names its claim's directory and nothing else: a
+/// path below the base that is a link (planted by a buggy or compromised image) or another
+/// claim's directory would hand the claim's pods whatever it names.
+fn exactly(kind: &str, body: &Map<String, Value>, exact: &ExactVolume) -> Result<(), ReportError> {
+    let matches = match (exact, kind) {
+        (ExactVolume::Path(p), "hostPath" | "local") => text(kind, body, "path")? == p,
+        (ExactVolume::Nfs { server, path }, "nfs") => {
+            text(kind, body, "server")? == server && text(kind, body, "path")? == path
+        }
+        _ => false,
+    };
+    if matches {
+        return Ok(());
+    }
+    let shown = match kind {
+        "nfs" => format!(
+            "{}:{}",
+            as_shown(text(kind, body, "server").unwrap_or_default()),
+            as_shown(text(kind, body, "path").unwrap_or_default())
+        ),
+        _ => as_shown(text(kind, body, "path").unwrap_or_default()),
+    };
+    Err(ReportError::NotExact {
+        kind: kind.to_owned(),
+        shown,
+        expected: exact.to_string(),
+    })
+}
+
 impl AllowedVolumes {
     /// Checks the body of a reported `kind` source. Types without a declaration of their own
     /// are checked for secret references only.
     pub fn check_source(&self, kind: &str, body: &Map<String, Value>) -> Result<(), ReportError> {
+        if let Some(exact) = &self.exact {
+            exactly(kind, body, exact)?;
+            return self.secrets(kind, body);
+        }
         let needed = NEEDED
             .iter()
             .find(|(t, _)| *t == kind)

@@ -592,3 +592,49 @@ fn the_declarations_travel_as_json_and_only_declared_ones_count_as_inputs() {
     a.secret_namespace = "other".into();
     assert_eq!(a.declared(), full().declared());
 }
+
+/// With `volume-base`, a report names the claim's directory and nothing else: not a link
+/// planted below the base (`base/x -> /`), not another claim's directory, not another type
+/// or server; each refusal names `volume-directory` and what was expected.
+#[test]
+fn an_exact_volume_accepts_only_the_claims_own_directory() {
+    let own = format!("{BASE}/team-a/data-1");
+    let exact = full().with_exact(Some(ExactVolume::Path(own.clone())));
+    let types = all_types();
+    for kind in ["local", "hostPath"] {
+        let ok = json!({ kind: {"path": own} }).to_string();
+        assert!(check_report(&ok, &types, &exact).is_ok(), "{kind}");
+    }
+    for (report, shows) in [
+        (json!({"local": {"path": format!("{BASE}/x")}}), "/x"),
+        (json!({"local": {"path": format!("{BASE}/team-b/data-2")}}), "team-b"),
+        (json!({"hostPath": {"path": format!("{own}/..")}}), "/.."),
+        (json!({"local": {"path": format!("{own}/sub")}}), "/sub"),
+        (json!({"local": {"path": "/"}}), "/"),
+        (json!({"nfs": {"server": "10.0.0.5", "path": "/exports/k8s/a"}}), "10.0.0.5"),
+    ] {
+        let why = check_report(&report.to_string(), &types, &exact)
+            .expect_err(&report.to_string())
+            .to_string();
+        assert!(why.contains("volume-directory"), "{why}");
+        assert!(why.contains(&own), "{why}");
+        assert!(why.contains(shows), "{why}");
+    }
+    let nfs = full().with_exact(Some(ExactVolume::Nfs {
+        server: "10.0.0.5".into(),
+        path: "/exports/k8s/a".into(),
+    }));
+    let ok = json!({"nfs": {"server": "10.0.0.5", "path": "/exports/k8s/a"}});
+    assert!(check_report(&ok.to_string(), &types, &nfs).is_ok());
+    for bad in [
+        json!({"nfs": {"server": "nfs.example.com", "path": "/exports/k8s/a"}}),
+        json!({"nfs": {"server": "10.0.0.5", "path": "/exports/k8s/b"}}),
+        json!({"local": {"path": "/exports/k8s/a"}}),
+    ] {
+        assert!(check_report(&bad.to_string(), &types, &nfs).is_err(), "{bad}");
+    }
+    // Secret references are still checked.
+    let secret = json!({"nfs": {"server": "10.0.0.5", "path": "/exports/k8s/a",
+                                "secretRef": {"name": "s", "namespace": "kube-system"}}});
+    assert!(check_report(&secret.to_string(), &types, &nfs).is_err());
+}

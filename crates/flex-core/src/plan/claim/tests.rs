@@ -1186,6 +1186,7 @@ fn a_data_source_needs_the_class_to_list_its_kind_and_to_resolve() {
     c.source = Some(crate::source::SourceData::Volume {
         pv: Box::new(source_pv),
         parameters: BTreeMap::new(),
+        mount: None,
     });
     assert_eq!(starts(&run(&c)), Some(1));
 }
