@@ -127,6 +127,8 @@ pub struct Expected<'a> {
     /// The source the image reported, when the controller creates the PV and the report is
     /// still readable: the PV must hold exactly that.
     pub reported: Option<&'a serde_json::Map<String, serde_json::Value>>,
+    /// With `volume-base`: the one volume the claim's Job was made for.
+    pub exact: Option<&'a crate::config::allowed::ExactVolume>,
 }
 
 /// Checks a PV against its claim, what the template asked for and the volume sources the
@@ -200,6 +202,14 @@ pub fn verify(
                 "it has {} volume sources ({}), not one",
                 many.len(),
                 many.join(", ")
+            ));
+        }
+    }
+    if let (Some(exact), [kind]) = (expected.exact, types.as_slice()) {
+        let body = raw_spec[kind.as_str()].as_object().cloned().unwrap_or_default();
+        if exact.check(kind, &body).is_err() {
+            return PvCheck::Wrong(format!(
+                "its {kind} volume is not exactly the claim's directory that volume-directory names ({exact})"
             ));
         }
     }

@@ -577,7 +577,7 @@ struct Judging<'i, 'a> {
     by_controller: bool,
     /// What the latest attempt's pod reported (controller mode).
     report: Option<String>,
-    /// What that report may name (with a report).
+    /// What the latest attempt's volume may be (with a Job).
     allowed: Option<crate::config::AllowedVolumes>,
     /// `max-concurrent` Jobs of the class are running.
     throttled: bool,
@@ -609,9 +609,7 @@ impl<'i, 'a> Judging<'i, 'a> {
         let report = latest
             .filter(|_| by_controller)
             .and_then(|j| report_of(j, &i.pods));
-        let allowed = report
-            .as_ref()
-            .map(|_| crate::isolation::allowed_for(config, latest));
+        let allowed = latest.map(|_| crate::isolation::allowed_for(config, latest));
         let latest_outcome = latest.map(|j| {
             let pods = pods_of(j, &i.pods);
             notices.extend(pod_notices(attempt_of(j), &pods));
@@ -743,6 +741,7 @@ impl<'i, 'a> Judging<'i, 'a> {
         let expected = Expected {
             sources: &self.config.provisioner.volume_sources,
             reported: reported.as_ref(),
+            exact: self.allowed.as_ref().and_then(|a| a.exact.as_ref()),
         };
         // A bound claim may have grown since: its capacity is expansion's business, not a
         // sign of a wrong volume.

@@ -94,6 +94,13 @@ fn exactly(kind: &str, body: &Map<String, Value>, exact: &ExactVolume) -> Result
     })
 }
 
+impl ExactVolume {
+    /// Checks a `kind` volume source (a report, or a PV an image made) against this one.
+    pub fn check(&self, kind: &str, body: &Map<String, Value>) -> Result<(), ReportError> {
+        exactly(kind, body, self)
+    }
+}
+
 impl AllowedVolumes {
     /// Checks the body of a reported `kind` source. Types without a declaration of their own
     /// are checked for secret references only.

@@ -1354,3 +1354,45 @@ fn no_success_is_told_without_the_record() {
             .any(|n| n.message.contains("cannot provision this claim"))
     );
 }
+
+/// A PV an image made for a class with `volume-base` must be exactly the directory its
+/// Job was made for: a link below the base, or another claim's directory, is not verified.
+#[test]
+fn an_image_made_pv_of_a_class_with_volume_base_is_exactly_its_claims_directory() {
+    let cfg = config(
+        json!({"pv-creator": "image", "volume-sources": "local", "allow-privileged": "true",
+               "volume-base": "base", "volume-directory": "a/{{claim.uid}}",
+               "pod-template": "spec:\n  volumes: [{name: base, hostPath: {path: /v, type: Directory}}]\n  containers:\n  - volumeMounts: [{name: base, mountPath: /v}]\n"}),
+        "Immediate",
+    );
+    let mut made = job(1, complete("2026-01-01T00:00:04Z"), "h1");
+    made.spec = Some(
+        serde_json::from_value(json!({"template": {"spec": {"containers": [{"name": "provisioner",
+            "env": [{"name": "VOLUME_DIRECTORY", "value": format!("a/{UID}")}]}]}}}))
+        .unwrap(),
+    );
+    let local = |path: &str| {
+        let mut p = pv(UID);
+        p.spec.as_mut().unwrap().nfs = None;
+        p.spec.as_mut().unwrap().local = Some(serde_json::from_value(json!({ "path": path })).unwrap());
+        p
+    };
+    let with = |pv: PersistentVolume| Case {
+        jobs: vec![made.clone()],
+        pv: Some(pv),
+        ..case(&cfg)
+    };
+    assert!(matches!(
+        run(&with(local(&format!("/v/a/{UID}")))).step,
+        Step::Provisioned { .. }
+    ));
+    for wrong in ["/v/a/x", "/v/b/other", "/v", "/"] {
+        let p = run(&with(local(wrong)));
+        assert!(!matches!(p.step, Step::Provisioned { .. }), "{wrong}");
+        assert!(
+            p.notices.iter().any(|n| n.message.contains("volume-directory")),
+            "{wrong}: {:?}",
+            p.notices
+        );
+    }
+}
