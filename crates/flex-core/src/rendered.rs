@@ -49,9 +49,9 @@ impl Rendered {
     /// claim's directory with `volume-base`.
     pub fn allowed_volumes(&self, config: &ClassConfig) -> crate::config::AllowedVolumes {
         let p = &config.provisioner;
-        let exact = self.volume(config).and_then(|dir| {
-            crate::isolation::exact_volume(p.pod_template.as_ref()?, &dir)
-        });
+        let exact = self
+            .volume(config)
+            .and_then(|dir| crate::isolation::exact_volume(p.pod_template.as_ref()?, &dir));
         p.allowed_volumes.clone().with_exact(exact)
     }
 

@@ -206,7 +206,10 @@ pub fn verify(
         }
     }
     if let (Some(exact), [kind]) = (expected.exact, types.as_slice()) {
-        let body = raw_spec[kind.as_str()].as_object().cloned().unwrap_or_default();
+        let body = raw_spec[kind.as_str()]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
         if exact.check(kind, &body).is_err() {
             return PvCheck::Wrong(format!(
                 "its {kind} volume is not exactly the claim's directory that volume-directory names ({exact})"

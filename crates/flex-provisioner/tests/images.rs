@@ -122,7 +122,11 @@ async fn hostpath_refuses_a_path_that_escapes_its_base() {
         .list(&Default::default())
         .await
         .unwrap();
-    assert_eq!(jobs.items.len(), 0, "no Job mounts a directory outside the base");
+    assert_eq!(
+        jobs.items.len(),
+        0,
+        "no Job mounts a directory outside the base"
+    );
 }
 
 #[tokio::test]

@@ -632,7 +632,7 @@ impl Kubelet {
             // way would be refused by the images' scripts (docs/sandbox-known-differences.md).
             if let Some(sub) = m["subPath"].as_str().filter(|s| !s.is_empty()) {
                 make_sub_path(&backing, sub).map_err(|why| Waiting {
-                    reason: "CreateContainerConfigError".into(),
+                    reason: "CreateContainerConfigError",
                     message: format!(
                         "failed to prepare subPath for volumeMount \"{}\": {why}",
                         m["name"].as_str().unwrap_or_default()

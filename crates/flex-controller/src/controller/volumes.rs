@@ -99,10 +99,12 @@ pub(super) async fn read_whole(
         .get_opt(&name)
         .await
         .map_err(crate::Error::read(format!("volume {name}")))?;
-    Ok(whole.filter(|w| w.metadata.uid == pv.metadata.uid).map(|mut w| {
-        super::caches::trim_meta(&mut w);
-        Arc::new(w)
-    }))
+    Ok(whole
+        .filter(|w| w.metadata.uid == pv.metadata.uid)
+        .map(|mut w| {
+            super::caches::trim_meta(&mut w);
+            Arc::new(w)
+        }))
 }
 
 /// One PV of ours: gather, decide (reading the record, the claim and the PV afresh when

@@ -88,7 +88,11 @@ pub fn read(
     let mounts: Vec<_> = template
         .spec
         .iter()
-        .flat_map(|s| s.containers.iter().chain(s.init_containers.iter().flatten()))
+        .flat_map(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+        })
         .flat_map(|c| c.volume_mounts.iter().flatten().map(move |m| (c, m)))
         .filter(|(_, m)| m.name == base)
         .collect();
@@ -206,22 +210,55 @@ mod tests {
         );
         assert!(problems.is_empty(), "{problems:?}");
         for (data, key, says) in [
-            (json!({"pod-template": TEMPLATE, "volume-base": "base"}), "volume-base", "volume-directory is not"),
-            (json!({"pod-template": TEMPLATE, "volume-directory": dir}), "volume-directory", "volume-base is not"),
-            (json!({"volume-base": "base", "volume-directory": dir}), "volume-base", "no pod-template"),
-            (json!({"pod-template": TEMPLATE, "volume-base": "nope", "volume-directory": dir}), "volume-base", "does not declare"),
-            (json!({"pod-template": TEMPLATE, "volume-base": "tmp", "volume-directory": dir}), "volume-base", "neither hostPath nor nfs"),
-            (json!({"pod-template": TEMPLATE.replace("mountPath: /srv/v}", "mountPath: /srv/v, subPath: a}"), "volume-base": "base", "volume-directory": dir}), "volume-base", "exactly once, whole"),
-            (json!({"pod-template": TEMPLATE, "volume-base": "base", "volume-directory": "{{claim.annotations.dir}}"}), "volume-directory", "path traversal"),
+            (
+                json!({"pod-template": TEMPLATE, "volume-base": "base"}),
+                "volume-base",
+                "volume-directory is not",
+            ),
+            (
+                json!({"pod-template": TEMPLATE, "volume-directory": dir}),
+                "volume-directory",
+                "volume-base is not",
+            ),
+            (
+                json!({"volume-base": "base", "volume-directory": dir}),
+                "volume-base",
+                "no pod-template",
+            ),
+            (
+                json!({"pod-template": TEMPLATE, "volume-base": "nope", "volume-directory": dir}),
+                "volume-base",
+                "does not declare",
+            ),
+            (
+                json!({"pod-template": TEMPLATE, "volume-base": "tmp", "volume-directory": dir}),
+                "volume-base",
+                "neither hostPath nor nfs",
+            ),
+            (
+                json!({"pod-template": TEMPLATE.replace("mountPath: /srv/v}", "mountPath: /srv/v, subPath: a}"), "volume-base": "base", "volume-directory": dir}),
+                "volume-base",
+                "exactly once, whole",
+            ),
+            (
+                json!({"pod-template": TEMPLATE, "volume-base": "base", "volume-directory": "{{claim.annotations.dir}}"}),
+                "volume-directory",
+                "path traversal",
+            ),
         ] {
             let (layout, problems) = parsed(data.clone());
             assert_eq!(layout, None, "{data}");
-            let error = said(&problems, Severity::Error, key).unwrap_or_else(|| panic!("{data}: {problems:?}"));
+            let error = said(&problems, Severity::Error, key)
+                .unwrap_or_else(|| panic!("{data}: {problems:?}"));
             assert!(error.contains(says), "{error}");
         }
         let (_, problems) = parsed(json!({"pod-template": TEMPLATE,
             "volume-base": "base", "volume-directory": "{{claim.uid}}"}));
-        assert!(said(&problems, Severity::Warning, "volume-directory").unwrap().contains("whole base"));
+        assert!(
+            said(&problems, Severity::Warning, "volume-directory")
+                .unwrap()
+                .contains("whole base")
+        );
     }
 
     /// Without the keys, `check` warns about a pod-template that mounts a node directory
@@ -230,8 +267,12 @@ mod tests {
     fn a_whole_shared_base_is_warned_about() {
         let (_, problems) = parsed(json!({"pod-template": TEMPLATE}));
         let warning = said(&problems, Severity::Warning, "pod-template").unwrap();
-        assert!(warning.contains("`base`") && warning.contains("volume-base: base"), "{warning}");
-        let read_only = TEMPLATE.replace("mountPath: /srv/v}", "mountPath: /srv/v, readOnly: true}");
+        assert!(
+            warning.contains("`base`") && warning.contains("volume-base: base"),
+            "{warning}"
+        );
+        let read_only =
+            TEMPLATE.replace("mountPath: /srv/v}", "mountPath: /srv/v, readOnly: true}");
         let (_, problems) = parsed(json!({"pod-template": read_only}));
         assert_eq!(said(&problems, Severity::Warning, "pod-template"), None);
     }

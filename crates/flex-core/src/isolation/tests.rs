@@ -106,7 +106,12 @@ fn a_clone_mounts_its_source_read_only_from_the_source_record() {
         "/var/lib/volumes"
     );
     let mut t = template();
-    mount_only(&mut t, Action::Provision, &dir("team-a/copy"), Some(&source));
+    mount_only(
+        &mut t,
+        Action::Provision,
+        &dir("team-a/copy"),
+        Some(&source),
+    );
     assert!(mounts(&t).contains(&(
         "/var/lib/volumes/team-a/src".into(),
         Some("team-a/src".into()),
@@ -150,7 +155,16 @@ fn the_exact_volume_is_the_base_and_the_directory() {
             path: "/exports/a/b".into()
         })
     );
-    assert_eq!(exact_volume(&template(), &VolumeDirectory { base: "scratch".into(), ..dir("a") }), None);
+    assert_eq!(
+        exact_volume(
+            &template(),
+            &VolumeDirectory {
+                base: "scratch".into(),
+                ..dir("a")
+            }
+        ),
+        None
+    );
 }
 
 #[test]

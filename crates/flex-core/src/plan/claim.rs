@@ -735,9 +735,13 @@ impl<'i, 'a> Judging<'i, 'a> {
     /// Stage 2: a PV exists under the claim's name. Right: bookkeeping (and the success
     /// notice); wrong: removed when our attempt made it, reported and left alone otherwise.
     fn judge_pv(mut self, pv: &PersistentVolume) -> Plan {
-        let reported = self.report.as_deref().zip(self.allowed.as_ref()).and_then(|(r, allowed)| {
-            check_report(r, &self.config.provisioner.volume_sources, allowed).ok()
-        });
+        let reported =
+            self.report
+                .as_deref()
+                .zip(self.allowed.as_ref())
+                .and_then(|(r, allowed)| {
+                    check_report(r, &self.config.provisioner.volume_sources, allowed).ok()
+                });
         let expected = Expected {
             sources: &self.config.provisioner.volume_sources,
             reported: reported.as_ref(),
@@ -942,7 +946,10 @@ impl<'i, 'a> Judging<'i, 'a> {
             return Ok(Failure::transient(message, at));
         };
         let p = &self.config.provisioner;
-        let allowed = self.allowed.clone().unwrap_or_else(|| p.allowed_volumes.clone());
+        let allowed = self
+            .allowed
+            .clone()
+            .unwrap_or_else(|| p.allowed_volumes.clone());
         match check_report(raw, &p.volume_sources, &allowed)
             .and_then(|source| pv_with_source(&self.template, &source))
         {

@@ -30,8 +30,8 @@ use tokio::time::Instant;
 use super::cluster::Cluster;
 use super::provisioning::{NS, burst_in, succeeded};
 use super::sandbox::eventually;
-use kube::api::ListParams;
 use flex_core::names::{LABEL_ACTION, LABEL_CLAIM_UID};
+use kube::api::ListParams;
 
 /// What one burst took.
 pub struct BurstTimes {
@@ -110,12 +110,7 @@ async fn follow<K>(
 
 /// Creates `n` claims of `class` named `<prefix>NNN` in `default` and waits until all of
 /// them are Bound.
-pub async fn timed_burst(
-    sb: &Cluster,
-    prefix: &str,
-    n: usize,
-    class: &str,
-) -> BurstTimes {
+pub async fn timed_burst(sb: &Cluster, prefix: &str, n: usize, class: &str) -> BurstTimes {
     let (config, prefix, class) = (sb.config(), prefix.to_owned(), class.to_owned());
     tokio::task::spawn_blocking(move || {
         tokio::runtime::Builder::new_current_thread()
@@ -128,12 +123,7 @@ pub async fn timed_burst(
     .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
 }
 
-async fn observe(
-    config: kube::Config,
-    prefix: &str,
-    n: usize,
-    class: &str,
-) -> BurstTimes {
+async fn observe(config: kube::Config, prefix: &str, n: usize, class: &str) -> BurstTimes {
     let client = kube::Client::try_from(config).unwrap();
     let seen = Shared::default();
     let (jobs_ready, jobs_listed) = tokio::sync::oneshot::channel();
@@ -199,16 +189,20 @@ async fn observe(
     };
     // The burst's own claims: others of the test (held by a finalizer, say) may bind or
     // not meanwhile, as the PV controller sees fit.
-    eventually(300, &format!("the {n} claims of burst {prefix} bound"), || async {
-        let list = claims.list(&ListParams::default()).await.ok()?;
-        let bound = list
-            .items
-            .iter()
-            .filter(|c| c.uid().is_some_and(|u| uids.contains(&u)))
-            .filter(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
-            .count();
-        (bound == n).then_some(())
-    })
+    eventually(
+        300,
+        &format!("the {n} claims of burst {prefix} bound"),
+        || async {
+            let list = claims.list(&ListParams::default()).await.ok()?;
+            let bound = list
+                .items
+                .iter()
+                .filter(|c| c.uid().is_some_and(|u| uids.contains(&u)))
+                .filter(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
+                .count();
+            (bound == n).then_some(())
+        },
+    )
     .await;
     let wall = start.elapsed();
     // A Bound claim's PV exists; the watch may show it a moment after the list does.

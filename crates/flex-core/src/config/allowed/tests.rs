@@ -607,11 +607,17 @@ fn an_exact_volume_accepts_only_the_claims_own_directory() {
     }
     for (report, shows) in [
         (json!({"local": {"path": format!("{BASE}/x")}}), "/x"),
-        (json!({"local": {"path": format!("{BASE}/team-b/data-2")}}), "team-b"),
+        (
+            json!({"local": {"path": format!("{BASE}/team-b/data-2")}}),
+            "team-b",
+        ),
         (json!({"hostPath": {"path": format!("{own}/..")}}), "/.."),
         (json!({"local": {"path": format!("{own}/sub")}}), "/sub"),
         (json!({"local": {"path": "/"}}), "/"),
-        (json!({"nfs": {"server": "10.0.0.5", "path": "/exports/k8s/a"}}), "10.0.0.5"),
+        (
+            json!({"nfs": {"server": "10.0.0.5", "path": "/exports/k8s/a"}}),
+            "10.0.0.5",
+        ),
     ] {
         let why = check_report(&report.to_string(), &types, &exact)
             .expect_err(&report.to_string())
@@ -631,7 +637,10 @@ fn an_exact_volume_accepts_only_the_claims_own_directory() {
         json!({"nfs": {"server": "10.0.0.5", "path": "/exports/k8s/b"}}),
         json!({"local": {"path": "/exports/k8s/a"}}),
     ] {
-        assert!(check_report(&bad.to_string(), &types, &nfs).is_err(), "{bad}");
+        assert!(
+            check_report(&bad.to_string(), &types, &nfs).is_err(),
+            "{bad}"
+        );
     }
     // Secret references are still checked.
     let secret = json!({"nfs": {"server": "10.0.0.5", "path": "/exports/k8s/a",

@@ -1367,14 +1367,17 @@ fn an_image_made_pv_of_a_class_with_volume_base_is_exactly_its_claims_directory(
     );
     let mut made = job(1, complete("2026-01-01T00:00:04Z"), "h1");
     made.spec = Some(
-        serde_json::from_value(json!({"template": {"spec": {"containers": [{"name": "provisioner",
-            "env": [{"name": "VOLUME_DIRECTORY", "value": format!("a/{UID}")}]}]}}}))
+        serde_json::from_value(
+            json!({"template": {"spec": {"containers": [{"name": "provisioner",
+            "env": [{"name": "VOLUME_DIRECTORY", "value": format!("a/{UID}")}]}]}}}),
+        )
         .unwrap(),
     );
     let local = |path: &str| {
         let mut p = pv(UID);
         p.spec.as_mut().unwrap().nfs = None;
-        p.spec.as_mut().unwrap().local = Some(serde_json::from_value(json!({ "path": path })).unwrap());
+        p.spec.as_mut().unwrap().local =
+            Some(serde_json::from_value(json!({ "path": path })).unwrap());
         p
     };
     let with = |pv: PersistentVolume| Case {
@@ -1390,7 +1393,9 @@ fn an_image_made_pv_of_a_class_with_volume_base_is_exactly_its_claims_directory(
         let p = run(&with(local(wrong)));
         assert!(!matches!(p.step, Step::Provisioned { .. }), "{wrong}");
         assert!(
-            p.notices.iter().any(|n| n.message.contains("volume-directory")),
+            p.notices
+                .iter()
+                .any(|n| n.message.contains("volume-directory")),
             "{wrong}: {:?}",
             p.notices
         );
