@@ -264,6 +264,12 @@ fn plan_with(g: &Gathered, ctx: &Context, pv: &PersistentVolume, read: Read<'_>)
         retry_base: opts.retry_base,
         job_ttl_seconds: opts.job_ttl_seconds,
         now: jiff::Timestamp::now(),
+        node_exists: &|name| {
+            ctx.caches
+                .nodes
+                .get(&kube::runtime::reflector::ObjectRef::new(name))
+                .is_some()
+        },
     })
 }
 

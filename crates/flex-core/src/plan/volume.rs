@@ -28,6 +28,9 @@ pub const CLAIM_CACHE_LAG: Duration = Duration::from_secs(2);
 /// How often a running deprovision Job is looked at besides its watch events.
 pub const RUNNING_RECHECK: Duration = Duration::from_secs(30);
 
+/// How soon a volume whose node is gone is looked at again (the node may come back).
+pub const NODE_GONE_RECHECK: Duration = Duration::from_secs(300);
+
 pub struct VolumeInputs<'a> {
     pub pv: &'a PersistentVolume,
     pub provisioner_name: &'a str,
@@ -57,6 +60,9 @@ pub struct VolumeInputs<'a> {
     pub retry_base: Duration,
     pub job_ttl_seconds: i32,
     pub now: jiff::Timestamp,
+    /// Whether a node of this name exists (the node cache): a deprovision Job pinned to a
+    /// node that is gone could never run.
+    pub node_exists: &'a dyn Fn(&str) -> bool,
 }
 
 /// Where a PV is in its life, as far as we are concerned (the README's table).
@@ -466,10 +472,28 @@ fn create_deprovision_job(
         {
             released(VolumeStep::WriteRecord(Box::new(record)), notices)
         }
-        Ok(record) => {
-            let job = deprovision_job(pv, &record, i.provisioner_name, attempt, i.job_ttl_seconds);
-            released(VolumeStep::CreateJob(Box::new(job)), notices)
-        }
+        Ok(record) => match record.recipe.node.as_deref() {
+            Some(node) if !(i.node_exists)(node) => {
+                let pv_name = pv.metadata.name.clone().unwrap_or_default();
+                notices.push(
+                    Notice::warning(
+                        format!("node-gone/{pv_name}/{node}"),
+                        reasons::VOLUME_FAILED_DELETE,
+                        format!(
+                            "cannot deprovision {pv_name}: its storage is on node {node}, which no longer exists, so no Job of it could run; nothing is run and the volume is kept, and looked at again every {} minutes (if the node is gone for good, remove what is left of its storage by hand, then the finalizer {FINALIZER_DEPROVISION})",
+                            NODE_GONE_RECHECK.as_secs() / 60
+                        ),
+                    )
+                    .action("Deprovision"),
+                );
+                released(VolumeStep::Wait(NODE_GONE_RECHECK), notices)
+            }
+            _ => {
+                let job =
+                    deprovision_job(pv, &record, i.provisioner_name, attempt, i.job_ttl_seconds);
+                released(VolumeStep::CreateJob(Box::new(job)), notices)
+            }
+        },
         Err(why) => {
             let pv_name = pv.metadata.name.clone().unwrap_or_default();
             notices.push(

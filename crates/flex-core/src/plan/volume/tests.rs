@@ -120,6 +120,7 @@ fn run(c: &Case<'_>, now: &str, provisioning: bool) -> VolumePlan {
         retry_base: Duration::from_secs(10),
         job_ttl_seconds: 60,
         now: now.parse().unwrap(),
+        node_exists: &|_| true,
     })
 }
 
@@ -145,6 +146,7 @@ fn read_inputs<'a>(
         retry_base: Duration::from_secs(10),
         job_ttl_seconds: 60,
         now: "2026-01-01T00:00:04Z".parse().unwrap(),
+        node_exists: &|_| true,
     }
 }
 
@@ -678,6 +680,7 @@ fn a_kept_volume_marks_its_provisioning_job_so_it_is_never_taken_for_an_orphan()
             retry_base: Duration::from_secs(10),
             job_ttl_seconds: 60,
             now: "2026-01-01T00:00:04Z".parse().unwrap(),
+            node_exists: &|_| true,
         });
         match p.step {
             VolumeStep::KeepStorage { mark_jobs, patch } => {
@@ -820,4 +823,35 @@ fn a_claim_holds_a_volume_only_where_kubernetes_could_bind_it_or_it_re_took_the_
     for (what, claim_ref, c, holds) in cases {
         assert_eq!(claim_holds(&pv_with(claim_ref), &c), holds, "{what}");
     }
+}
+
+/// A node-local volume whose node is gone: no deprovision Job (its pod could never be
+/// scheduled, and each attempt would wait out its deadline, for ever), a warning naming
+/// the node, and another look later in case the node comes back.
+#[test]
+fn a_volume_on_a_node_that_is_gone_runs_nothing_and_says_so() {
+    let volume = pv("Delete", "Released", deleted());
+    let mut on_node = recipe();
+    on_node.node = Some("worker-9".into());
+    let record = crate::record::build_record(&volume, &on_node, None, "{}");
+    let gone = plan_volume(&VolumeInputs {
+        node_exists: &|n| n != "worker-9",
+        ..read_inputs(&volume, record.as_ref(), false)
+    });
+    assert_eq!(gone.step, VolumeStep::Wait(NODE_GONE_RECHECK));
+    assert_eq!(gone.notices.len(), 1);
+    assert!(gone.notices[0].warning);
+    assert!(
+        gone.notices[0]
+            .message
+            .contains("node worker-9, which no longer exists"),
+        "{}",
+        gone.notices[0].message
+    );
+    let back = plan_volume(&read_inputs(&volume, record.as_ref(), false));
+    assert!(
+        matches!(back.step, VolumeStep::CreateJob(_)),
+        "{:?}",
+        back.step
+    );
 }
