@@ -197,6 +197,8 @@ impl DataSource {
 pub struct NodeInfo {
     pub name: String,
     pub labels: BTreeMap<String, String>,
+    /// Cordoned (`spec.unschedulable`): a pod pinned to it is not scheduled.
+    pub unschedulable: bool,
 }
 
 impl NodeInfo {
@@ -204,6 +206,11 @@ impl NodeInfo {
         NodeInfo {
             name: node.metadata.name.clone().unwrap_or_default(),
             labels: node.metadata.labels.clone().unwrap_or_default(),
+            unschedulable: node
+                .spec
+                .as_ref()
+                .and_then(|s| s.unschedulable)
+                .unwrap_or(false),
         }
     }
 

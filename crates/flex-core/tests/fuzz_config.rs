@@ -229,7 +229,7 @@ proptest! {
 
         // Templates straight into the engine, past the ConfigMap checks: limits and the
         // engine itself must hold on their own. A panic would show as `Internal`.
-        let node = flex_core::claim::NodeInfo { name: "node-1".into(), labels: BTreeMap::new() };
+        let node = flex_core::claim::NodeInfo { name: "node-1".into(), labels: BTreeMap::new(), unschedulable: false };
         let ctx = template::build_context(&claim, &class(), Some(&node), P, "pvc-x");
         let started = Instant::now();
         match template::render(&raw, &ctx) {

@@ -389,12 +389,20 @@ fn is_claims_volume(pv: &PersistentVolume) -> bool {
     })
 }
 
-/// A node is read for its name and labels (templates and node affinity) only.
+/// A node is read for its name and labels (templates and node affinity) and whether it is
+/// cordoned only.
 pub fn trim_node(n: &mut Node) {
     trim_meta(n);
     n.metadata.annotations = None;
     n.metadata.owner_references = None;
-    n.spec = None;
+    n.spec = n
+        .spec
+        .take()
+        .filter(|s| s.unschedulable == Some(true))
+        .map(|_| k8s_openapi::api::core::v1::NodeSpec {
+            unschedulable: Some(true),
+            ..Default::default()
+        });
     n.status = None;
 }
 

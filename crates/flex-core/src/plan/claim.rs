@@ -515,6 +515,15 @@ fn gate<'a>(i: &ClaimInputs<'a>) -> Result<Gated<'a>, Plan> {
     {
         return Err(node_missing(i, node));
     }
+    if stage == Stage::Pending
+        && config.provisioner.node_local
+        && let Some(node) = i.node.filter(|n| n.unschedulable)
+        && i.jobs.is_empty()
+        && i.created_attempt.is_none()
+        && !tolerates_cordon(config)
+    {
+        return Err(node_cordoned(i, &node.name));
+    }
     Ok(Gated {
         stage,
         request,
@@ -552,6 +561,48 @@ fn node_missing(i: &ClaimInputs<'_>, node: &str) -> Plan {
     );
     let notice =
         Notice::warning(format!("reschedule/{key}"), reasons::FAILED, message).action("Reschedule");
+    plan(Step::Reschedule { patch }, vec![notice])
+}
+
+/// Whether the class's pods tolerate a cordoned node (`node.kubernetes.io/unschedulable`, or
+/// every taint).
+fn tolerates_cordon(config: &ClassConfig) -> bool {
+    let tolerations = config
+        .provisioner
+        .pod_template
+        .as_ref()
+        .and_then(|t| t.spec.as_ref())
+        .and_then(|s| s.tolerations.as_ref());
+    tolerations.into_iter().flatten().any(|t| {
+        let key = t.key.as_deref().unwrap_or_default();
+        let any_effect = t
+            .effect
+            .as_deref()
+            .is_none_or(|e| e.is_empty() || e == "NoSchedule");
+        let matches = key == "node.kubernetes.io/unschedulable"
+            || (key.is_empty() && t.operator.as_deref() == Some("Exists"));
+        matches && any_effect
+    })
+}
+
+/// A node-local claim whose selected node is cordoned, before any attempt: its Job, pinned
+/// there, would wait unscheduled for its whole timeout, holding one of the class's
+/// `max-concurrent` slots (a claim's author can write the selection). Handed back to the
+/// scheduler, which chooses among schedulable nodes.
+fn node_cordoned(i: &ClaimInputs<'_>, node: &str) -> Plan {
+    let patch = serde_json::json!({"metadata": {
+        "annotations": {ANN_SELECTED_NODE: null},
+        "resourceVersion": i.claim.metadata.resource_version,
+    }});
+    let message = format!(
+        "the node \"{node}\" selected for this claim is cordoned, so its provisioning Job could not run there; the controller removes the selection so that the scheduler chooses again"
+    );
+    let notice = Notice::warning(
+        format!("reschedule/{}", short_hash(node)),
+        reasons::FAILED,
+        message,
+    )
+    .action("Reschedule");
     plan(Step::Reschedule { patch }, vec![notice])
 }
 

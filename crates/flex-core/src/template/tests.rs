@@ -42,6 +42,7 @@ fn ctx() -> Context {
     let node = NodeInfo {
         name: "node-1".into(),
         labels: BTreeMap::from([("topology.kubernetes.io/zone".into(), "west".into())]),
+        unschedulable: false,
     };
     build_context(
         &claim(),

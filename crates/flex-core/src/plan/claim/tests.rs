@@ -1401,3 +1401,57 @@ fn an_image_made_pv_of_a_class_with_volume_base_is_exactly_its_claims_directory(
         );
     }
 }
+
+/// A node-local claim whose selected node is cordoned gets no Job (it would wait
+/// unscheduled for its whole timeout, holding a `max-concurrent` slot): the selection goes
+/// back to the scheduler, with a warning naming the node. A class whose pods tolerate the
+/// cordon, and a claim whose attempt already started there, are left as they are.
+#[test]
+fn a_cordoned_selected_node_goes_back_to_the_scheduler() {
+    let local = config(
+        json!({"node-local": "true", "max-concurrent": "1"}),
+        "WaitForFirstConsumer",
+    );
+    let cordoned: k8s_openapi::api::core::v1::Node = serde_json::from_value(
+        json!({"metadata": {"name": "n1"}, "spec": {"unschedulable": true}}),
+    )
+    .unwrap();
+    let on_n1 = || {
+        claim(json!({"metadata": {"resourceVersion": "41",
+                                  "annotations": {"volume.kubernetes.io/selected-node": "n1"}}}))
+    };
+    let c = Case {
+        claim: on_n1(),
+        node: Some(NodeInfo::from_node(&cordoned)),
+        ..case(&local)
+    };
+    let p = run(&c);
+    assert!(matches!(p.step, Step::Reschedule { .. }), "{:?}", p.step);
+    assert!(
+        p.notices
+            .iter()
+            .any(|n| n.warning && n.message.contains("\"n1\"") && n.message.contains("cordoned")),
+        "{:?}",
+        p.notices
+    );
+    // Tolerated by the class's pods: provisioned there.
+    let tolerant = config(
+        json!({"node-local": "true",
+               "pod-template": "spec:\n  tolerations: [{key: node.kubernetes.io/unschedulable, operator: Exists, effect: NoSchedule}]\n"}),
+        "WaitForFirstConsumer",
+    );
+    let c = Case {
+        claim: on_n1(),
+        node: Some(NodeInfo::from_node(&cordoned)),
+        ..case(&tolerant)
+    };
+    assert_eq!(starts(&run(&c)), Some(1));
+    // Not node-local: the Job runs anywhere.
+    let anywhere = config(json!({}), "WaitForFirstConsumer");
+    let c = Case {
+        claim: on_n1(),
+        node: Some(NodeInfo::from_node(&cordoned)),
+        ..case(&anywhere)
+    };
+    assert_eq!(starts(&run(&c)), Some(1));
+}
