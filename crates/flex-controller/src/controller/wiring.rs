@@ -100,10 +100,6 @@ async fn controllers(
     // PVs and our Jobs trigger both controllers (and Jobs the orphan check) from one watch each.
     let ([volumes_for_claims, volumes_for_volumes], share_volumes) =
         fan_out::fan_out::<Compact<PersistentVolume>, 2>(w.volumes);
-    // Claims trigger the volume controller too: a claim naming a volume may hold it, and
-    // its change or removal may let the volume go.
-    let ([claims_for_claims, claims_for_volumes], share_claims) =
-        fan_out::fan_out::<Compact<PersistentVolumeClaim>, 2>(w.claims);
     let ([jobs_for_claims, jobs_for_volumes, jobs_for_orphans], share_jobs) =
         fan_out::fan_out::<Job, 3>(w.jobs);
     let orphans_run = orphans::run(jobs_for_orphans, ctx.clone());
@@ -111,12 +107,11 @@ async fn controllers(
         volumes_store,
         volumes_for_volumes,
         jobs_for_volumes,
-        claims_for_volumes,
         ctx.clone(),
     );
     let claims_run = claim_controller(
         ClaimTriggers {
-            claims: claims_for_claims,
+            claims: w.claims,
             jobs: jobs_for_claims,
             pods: w.pods,
             failed_creates: w.failed_creates,
@@ -133,7 +128,6 @@ async fn controllers(
         volumes_run,
         orphans_run,
         share_volumes,
-        share_claims,
         share_jobs,
         drain_nodes,
         gauge,
@@ -144,14 +138,12 @@ async fn controllers(
 
 type Changes<K> = BoxStream<'static, Result<K, watcher::Error>>;
 
-/// The volume controller: a PV's own changes, those of its Jobs (its deprovision and
-/// expansion Jobs, and provisioning Jobs that copy from it), and those of the claims that
-/// name it in `spec.volumeName` (made, changed or gone).
+/// The volume controller: a PV's own changes, and those of its Jobs (its deprovision and
+/// expansion Jobs, and provisioning Jobs that copy from it).
 fn volume_controller(
     store: kube::runtime::reflector::Store<Compact<PersistentVolume>>,
     volumes: Changes<Compact<PersistentVolume>>,
     jobs: Changes<Job>,
-    claims: Changes<Compact<PersistentVolumeClaim>>,
     ctx: Arc<Context>,
 ) -> futures::future::BoxFuture<'static, ()> {
     let config = controller::Config::default().concurrency(RECONCILES_AT_ONCE);
@@ -172,10 +164,6 @@ fn volume_controller(
                 .and_then(|a| a.get(flex_core::names::ANN_SOURCE_VOLUME))
                 .map(|v| ObjectRef::new(v));
             own.into_iter().chain(source)
-        })
-        .watches_stream(claims, |claim: Compact<PersistentVolumeClaim>| {
-            let volume = claim.full()?.spec?.volume_name?;
-            Some(ObjectRef::new(&volume))
         })
         .run(volumes::reconcile_volume, Context::error_policy, ctx)
         .for_each(|result| async move {
