@@ -16,7 +16,7 @@ use serde_json::json;
 async fn claim_and_write(sb: &Cluster, name: &str, class: &str) -> PersistentVolumeClaim {
     claim_with_pod(sb, name, class, &format!("{name}-writer")).await;
     let pods: Api<Pod> = Api::namespaced(sb.client().unwrap(), "default");
-    let claim = bound(sb, name, 60).await;
+    let claim = bound(sb, name, 180).await;
     eventually(30, "the writer to finish", || async {
         let p = pods.get(&format!("{name}-writer")).await.ok()?;
         (p.status?.phase.as_deref() == Some("Succeeded")).then_some(())
