@@ -179,10 +179,14 @@ chmod_dir() {
         # image cannot chmod it, and need not when its mode is already the one asked for.
         _want=${1#0}
         [ "$(stat -c %a . 2>/dev/null)" = "${_want#0}" ] && exit 0
-        chmod "$1" .
+        chmod "$1" . 2>/dev/null && exit 0
+        [ "$(stat -c %u . 2>/dev/null)" = "$(id -u)" ] || exit 4
+        exit 1
     ) || {
         _rc=$?
         [ "$_rc" -ne 3 ] || fail 2 "refusing $4: it moved outside the base; its mode was not changed"
+        # Made by the kubelet (volume-base) or another user: no retry changes its owner.
+        [ "$_rc" -ne 4 ] || fail 2 "cannot set mode $1 on $4: it has mode $(stat -c %a -- "$2" 2>/dev/null) and belongs to uid $(stat -c %u -- "$2" 2>/dev/null), not to this image's uid $(id -u); set dir-mode to its mode, or give the base the mode new volumes need (the kubelet gives a volume's directory the base's mode)"
         fail 1 "cannot set mode $1 on $4"
     }
 }

