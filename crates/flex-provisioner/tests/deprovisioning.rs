@@ -477,3 +477,100 @@ async fn a_re_pointed_or_zeroed_claim_ref_destroys_nothing() {
         }
     }
 }
+
+/// The claim's volume name, once bound.
+async fn bound_volume(sb: &common::cluster::Cluster, claim: &str) -> String {
+    bound(sb, claim, 60)
+        .await
+        .spec
+        .unwrap()
+        .volume_name
+        .unwrap()
+}
+
+/// `kubectl replace --force` of a bound claim: the claim is deleted and made again under its
+/// name (a new uid) naming its volume. The user meant to keep the data: the volume is kept
+/// as a hand-over, with a warning, never deprovisioned. The controller is down meanwhile,
+/// so nothing can take the volume between the deletion and the new claim.
+#[tokio::test]
+async fn a_claim_replaced_under_its_name_naming_its_volume_keeps_the_storage() {
+    let sb = sandbox().await;
+    class(&sb, "steady", "Immediate", "make-pv", json!({})).await;
+    let first = controller(&sb);
+    claim(&sb, "kept", "steady").await;
+    let pv_name = bound_volume(&sb, "kept").await;
+    kill(first).await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(sb.client().unwrap(), "default");
+    let old = claims.get("kept").await.unwrap();
+    claims
+        .delete("kept", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(30, "the claim to be gone", || async {
+        claims
+            .get_opt("kept")
+            .await
+            .unwrap()
+            .filter(|c| c.metadata.uid == old.metadata.uid)
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let mut again = claim_object("kept", "steady");
+    again.spec.as_mut().unwrap().volume_name = Some(pv_name.clone());
+    claims
+        .create(&kube::api::PostParams::default(), &again)
+        .await
+        .unwrap();
+    let _c = controller(&sb);
+    let said = eventually(60, "the hand-over warning on the volume", || async {
+        events_about(&sb, &pv_name)
+            .await
+            .into_iter()
+            .find(|(_, m)| m.contains("a claim still names it"))
+    })
+    .await;
+    assert_eq!(said.0, "VolumeFailedDelete", "{said:?}");
+    assert!(
+        deprovision_jobs(&jobs(&sb).await).is_empty(),
+        "nothing is deprovisioned"
+    );
+    let pv = Api::<PersistentVolume>::all(sb.client().unwrap())
+        .get(&pv_name)
+        .await
+        .unwrap();
+    assert!(
+        pv.metadata.deletion_timestamp.is_none(),
+        "the volume is kept"
+    );
+}
+
+/// Any user may name any volume in a pending claim's `spec.volumeName`. Kubernetes never
+/// binds such a claim to a volume whose claimRef names another claim, so it holds nothing:
+/// the volume is deprovisioned when its own claim goes.
+#[tokio::test]
+async fn a_pending_claim_naming_another_users_volume_blocks_nothing() {
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    class(&sb, "steady", "Immediate", "make-pv", json!({})).await;
+    claim(&sb, "theirs", "steady").await;
+    let pv_name = bound_volume(&sb, "theirs").await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(sb.client().unwrap(), "default");
+    let mut squatter = claim_object("squatter", "other");
+    squatter.spec.as_mut().unwrap().volume_name = Some(pv_name.clone());
+    claims
+        .create(&kube::api::PostParams::default(), &squatter)
+        .await
+        .unwrap();
+    claims
+        .delete("theirs", &DeleteParams::default())
+        .await
+        .unwrap();
+    gone(&sb, &pv_name, 60).await;
+    let squatter = claims.get("squatter").await.unwrap();
+    assert_ne!(
+        squatter.status.and_then(|s| s.phase).as_deref(),
+        Some("Bound"),
+        "the squatting claim never got the volume"
+    );
+}

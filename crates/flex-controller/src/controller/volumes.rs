@@ -36,19 +36,19 @@ pub(super) async fn fetch_record(
     Ok(None)
 }
 
-/// Whether a claim other than the one at the claimRef (`at`) names `volume` in
-/// `spec.volumeName`, as the API server says: the claim the record says the volume was
-/// verified for, and those the cache shows naming it.
+/// Whether a claim holds `pv` against deprovisioning (`plan::volume::claim_holds`), as the
+/// API server says: the claim at the claimRef (re-created under its name), the claim the
+/// record says the volume was verified for, and those the cache shows naming it.
 async fn named_by_claim(
     ctx: &Context,
-    volume: &str,
+    pv: &PersistentVolume,
     at: Option<&(String, String)>,
     record: Option<&ConfigMap>,
     cached: &[(String, String)],
 ) -> crate::Result<bool> {
     let mut candidates: Vec<(String, String)> = cached.to_vec();
     candidates.extend(record.and_then(flex_core::record::record_claim));
-    candidates.retain(|c| Some(c) != at);
+    candidates.extend(at.cloned());
     candidates.sort();
     candidates.dedup();
     for (ns, n) in candidates {
@@ -56,10 +56,7 @@ async fn named_by_claim(
             .get_opt(&n)
             .await
             .map_err(crate::Error::read(format!("claim {ns}/{n}")))?;
-        if claim
-            .and_then(|c| c.spec?.volume_name)
-            .is_some_and(|v| v == volume)
-        {
+        if claim.is_some_and(|c| flex_core::plan::volume::claim_holds(pv, &c)) {
             return Ok(true);
         }
     }
@@ -108,8 +105,8 @@ struct Gathered {
     /// (namespace, name) of the claim at the claimRef, and that claim as cached.
     at: Option<(String, String)>,
     cached_claim: Option<Arc<PersistentVolumeClaim>>,
-    /// Claims other than the one at the claimRef that name this volume (the one it was
-    /// made for, after a re-pointed claimRef; one an admin hands it to), from the cache.
+    /// Claims that hold this volume besides the claimRef's own (one an admin hands it to,
+    /// one re-created under the claimRef's name), from the cache.
     others_naming: Vec<(String, String)>,
     /// The Jobs that made this volume: by its claim, and by its name (a claimRef an admin
     /// cleared or re-pointed no longer names the claim they were for).
@@ -167,7 +164,11 @@ fn gather(pv: Arc<PersistentVolume>, ctx: &Context) -> Gathered {
         .caches
         .claims_naming(&name)
         .into_iter()
-        .filter(|c| Some(c) != at.as_ref())
+        .filter(|(ns, n)| {
+            ctx.caches
+                .claim(ns, n)
+                .is_some_and(|c| flex_core::plan::volume::claim_holds(&pv, &c))
+        })
         .collect();
     let class = pv
         .spec
@@ -279,7 +280,7 @@ async fn decide(g: &Gathered, ctx: &Context) -> crate::Result<Option<VolumePlan>
 }
 
 async fn named_by(g: &Gathered, ctx: &Context, record: Option<&ConfigMap>) -> crate::Result<bool> {
-    named_by_claim(ctx, &g.name, g.at.as_ref(), record, &g.others_naming).await
+    named_by_claim(ctx, &g.pv, g.at.as_ref(), record, &g.others_naming).await
 }
 
 /// Carries out the plan's one effect.

@@ -158,6 +158,32 @@ fn finalizer_patch(pv: &PersistentVolume, annotations: Value) -> Value {
     json!({ "metadata": meta })
 }
 
+/// Whether `claim`, which may name `pv` in `spec.volumeName`, holds it against
+/// deprovisioning (a hand-over): only where Kubernetes could bind the claim to it (a PV
+/// without a claimRef, or whose uid-less claimRef names that claim), or where the claim
+/// re-took the claimRef's name under a new uid (re-created, e.g. `kubectl replace
+/// --force`: the user meant to keep the volume). Any other claim naming the volume, which
+/// any user may write, cannot bind it and blocks nothing.
+pub fn claim_holds(pv: &PersistentVolume, claim: &PersistentVolumeClaim) -> bool {
+    let names_it = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_deref())
+        .is_some_and(|v| Some(v) == pv.metadata.name.as_deref());
+    if !names_it {
+        return false;
+    }
+    let Some(r) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
+        return true;
+    };
+    let at_ref = r.name.is_none()
+        || (r.name == claim.metadata.name && r.namespace == claim.metadata.namespace);
+    match r.uid.as_deref() {
+        None | Some("") => at_ref,
+        Some(uid) => at_ref && r.name.is_some() && claim.metadata.uid.as_deref() != Some(uid),
+    }
+}
+
 pub fn state_of(i: &VolumeInputs<'_>) -> VolumeState {
     let pv = i.pv;
     let meta = &pv.metadata;

@@ -755,6 +755,76 @@ fn a_re_pointed_claim_ref_or_a_claim_naming_the_volume_destroys_nothing() {
     assert_eq!(p.state, VolumeState::Released);
 }
 
+#[test]
+fn a_claim_holds_a_volume_only_where_kubernetes_could_bind_it_or_it_re_took_the_name() {
+    let pv_with = |claim_ref: serde_json::Value| -> PersistentVolume {
+        serde_json::from_value(json!({"metadata": {"name": "pvc-u1"},
+            "spec": {"claimRef": claim_ref}}))
+        .unwrap()
+    };
+    let claim = |ns: &str, name: &str, uid: &str, volume: &str| -> PersistentVolumeClaim {
+        serde_json::from_value(
+            json!({"metadata": {"namespace": ns, "name": name, "uid": uid},
+            "spec": {"volumeName": volume}}),
+        )
+        .unwrap()
+    };
+    let made_for = json!({"namespace": "a", "name": "data", "uid": "u1"});
+    let cases = [
+        (
+            "the claim itself",
+            made_for.clone(),
+            claim("a", "data", "u1", "pvc-u1"),
+            false,
+        ),
+        (
+            "re-created under its name",
+            made_for.clone(),
+            claim("a", "data", "u2", "pvc-u1"),
+            true,
+        ),
+        (
+            "another user's pending claim",
+            made_for.clone(),
+            claim("b", "x", "u3", "pvc-u1"),
+            false,
+        ),
+        (
+            "same name, other namespace",
+            made_for.clone(),
+            claim("b", "data", "u2", "pvc-u1"),
+            false,
+        ),
+        (
+            "naming another volume",
+            made_for.clone(),
+            claim("a", "data", "u2", "pvc-u9"),
+            false,
+        ),
+        (
+            "claimRef cleared",
+            serde_json::Value::Null,
+            claim("b", "x", "u3", "pvc-u1"),
+            true,
+        ),
+        (
+            "uid-less claimRef, its claim",
+            json!({"namespace": "b", "name": "x"}),
+            claim("b", "x", "u3", "pvc-u1"),
+            true,
+        ),
+        (
+            "uid-less claimRef, another claim",
+            json!({"namespace": "b", "name": "x"}),
+            claim("c", "y", "u4", "pvc-u1"),
+            false,
+        ),
+    ];
+    for (what, claim_ref, c, holds) in cases {
+        assert_eq!(claim_holds(&pv_with(claim_ref), &c), holds, "{what}");
+    }
+}
+
 /// A node-local volume whose node is gone: no deprovision Job (its pod could never be
 /// scheduled, and each attempt would wait out its deadline, for ever), a warning naming
 /// the node, and another look later in case the node comes back.
