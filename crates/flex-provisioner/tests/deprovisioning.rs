@@ -273,6 +273,77 @@ async fn a_claim_deleted_while_its_job_runs_leaves_nothing_behind() {
     assert_eq!(dep, 1, "the late PV was deprovisioned exactly once");
 }
 
+/// A user holds their claim's deletion with a finalizer of their own, past its Job's life
+/// (the Job's TTL removes the Job and, with its pod, the image's report): the storage the
+/// Job made is still named by a PV, bound to the leaving claim, and is deprovisioned once
+/// the claim is let go. Before, the controller waited a minute for the claim to go, gave
+/// up, and nothing named the storage any more.
+#[tokio::test]
+async fn a_claim_held_past_its_jobs_life_has_its_storage_reclaimed_when_let_go() {
+    let sb = sandbox().await;
+    let _c = controller_with(
+        &sb,
+        flex_controller::controller::Options {
+            job_ttl_seconds: 3,
+            ..options()
+        },
+    );
+    class(&sb, "steady", "Immediate", "slow", json!({})).await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(sb.client().unwrap(), "default");
+    let mut held = claim_object("held", "steady");
+    held.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    let held = claims
+        .create(&kube::api::PostParams::default(), &held)
+        .await
+        .unwrap();
+    let uid = held.metadata.uid.unwrap();
+    let pv_name = format!("pvc-{uid}");
+    eventually(60, "the provisioning Job", || async {
+        (!jobs_of(&sb, "provision").await.is_empty()).then_some(())
+    })
+    .await;
+    claims
+        .delete("held", &DeleteParams::default())
+        .await
+        .unwrap();
+    let pvs: Api<PersistentVolume> = Api::all(sb.client().unwrap());
+    eventually(
+        60,
+        "a PV to name the storage of the leaving claim",
+        || async { pvs.get_opt(&pv_name).await.unwrap().map(|_| ()) },
+    )
+    .await;
+    eventually(60, "the Job to be removed by its TTL", || async {
+        jobs_of(&sb, "provision").await.is_empty().then_some(())
+    })
+    .await;
+    let still = claims.get("held").await.unwrap();
+    assert!(
+        still.metadata.deletion_timestamp.is_some(),
+        "the claim is still held"
+    );
+    assert!(
+        pvs.get_opt(&pv_name).await.unwrap().is_some(),
+        "and its PV kept"
+    );
+    let theirs: Vec<String> = still
+        .metadata
+        .finalizers
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|f| f != "example.com/hold")
+        .collect();
+    claims
+        .patch(
+            "held",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"finalizers": theirs}})),
+        )
+        .await
+        .unwrap();
+    gone(&sb, &pv_name, 60).await;
+}
+
 #[tokio::test]
 async fn restarts_during_deprovisioning_deprovision_exactly_once() {
     let sb = sandbox().await;

@@ -219,9 +219,9 @@ async fn a_plain_orphan_is_taken_at_once(sb: &common::cluster::Cluster) {
 }
 
 /// Twenty users put their own finalizer on claims and delete them while their Jobs run.
-/// Once those Jobs have succeeded, the controller waits (up to a minute each) to learn
-/// whether the claims go, and so whether the volumes are orphans: that wait holds nothing,
-/// so eighty other claims, made during it, bind as fast as eighty did before
+/// Once those Jobs have succeeded, the controller makes their volumes' PVs and records (to
+/// be deprovisioned when the claims go): that work holds nothing for long, so eighty other
+/// claims, made meanwhile, bind as fast as eighty did before
 /// (`assert_as_fast`), and a plain orphan (a claim deleted mid-Job, no finalizer) whose Job
 /// ends during it is taken for deprovisioning at once, not after the held claims' waits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -21,12 +21,11 @@ const REPORT_WAIT: Duration = Duration::from_secs(60);
 /// How many Jobs are looked into at once (each costs three reads).
 const AT_ONCE: usize = 8;
 
-/// How soon a Job waiting for its claim's deletion or its report is looked into again.
+/// How soon a Job waiting for its report is looked into again.
 const RECHECK: Duration = Duration::from_secs(1);
 
 /// Jobs looked into again later, and when each was first found waiting: a Job never holds
-/// one of the `AT_ONCE` slots while it waits (a user's finalizer can keep a deleted claim
-/// for as long as they like).
+/// one of the `AT_ONCE` slots while it waits.
 #[derive(Default)]
 struct Waiting {
     since: std::sync::Mutex<std::collections::HashMap<String, tokio::time::Instant>>,
@@ -77,9 +76,9 @@ pub(super) async fn run(jobs: impl Stream<Item = Result<Job, watcher::Error>>, c
         .await;
 }
 
-/// Cheap on the cache first: only a candidate whose claim and PV the cache does not show
-/// costs reads. `Some(wait)`: look into it again after `wait` (its claim is still being
-/// deleted, or its report is not in the pod cache yet), within `REPORT_WAIT` of `since`.
+/// Cheap on the cache first: only a candidate whose claim is gone or leaving and whose PV
+/// the cache does not show costs reads. `Some(wait)`: look into it again after `wait` (its
+/// report is not in the pod cache yet), within `REPORT_WAIT` of `since`.
 async fn look_into(
     ctx: &Context,
     job: &Job,
@@ -92,17 +91,14 @@ async fn look_into(
     }
     let in_time = since.elapsed() < REPORT_WAIT;
     // The Job names its claim; the one cached under that name counts only with the uid. A
-    // claim still shown, but being deleted, is waited out: the Job's next event may be its
-    // removal, long after its pod (and report) is gone.
+    // claim being deleted is not waited out: a user's finalizer may hold it past the Job's
+    // TTL, and with the Job (and its pod's report) gone nothing would name the storage.
+    // Its volume is made now, bound to it, and released when it goes.
     let claim = super::wiring::claim_ref_of(job.meta().annotations.as_ref())
         .and_then(|r| ctx.caches.claim(r.namespace.as_deref()?, &r.name))
         .filter(|c| c.uid().as_deref() == Some(claim_uid.as_str()));
-    match claim {
-        None => {}
-        Some(c) if c.metadata.deletion_timestamp.is_some() && in_time => {
-            return Ok(Some(RECHECK));
-        }
-        Some(_) => return Ok(None),
+    if claim.is_some_and(|c| c.metadata.deletion_timestamp.is_none()) {
+        return Ok(None);
     }
     let pv_cached = ctx
         .caches
@@ -145,6 +141,20 @@ async fn look_into(
             tracing::info!(job = %job.name_any(), volume = %volume, "the claim was deleted while its Job ran; its volume is created to be deprovisioned");
             // One that exists already is judged by the volume controller.
             ctx.apply.create_pv(&pv, None).await?;
+            // Its record now, from the Job that holds the recipe: a claim held by a user's
+            // finalizer may outlive the Job (its TTL), and a volume released without a
+            // record is kept, not deprovisioned.
+            let made = ctx
+                .apply
+                .volumes()
+                .get_opt(&volume)
+                .await
+                .map_err(crate::Error::read(format!("volume {volume}")))?;
+            if let Some(record) =
+                made.and_then(|made| flex_core::record::record_from_job(&made, job))
+            {
+                ctx.apply.create_or_adopt(&record).await?;
+            }
             Ok(None)
         }
     }
@@ -187,7 +197,9 @@ async fn confirm(
     )))
     .await?;
     Ok(Confirmed {
-        claim_gone: claim.is_none_or(|c| c.uid().as_deref() != Some(claim_uid)),
+        claim_leaving: claim.is_none_or(|c| {
+            c.uid().as_deref() != Some(claim_uid) || c.metadata.deletion_timestamp.is_some()
+        }),
         pv_exists: pv.is_some(),
         deprovisioned: !deprovisions.items.is_empty(),
         recorded: !records.items.is_empty(),

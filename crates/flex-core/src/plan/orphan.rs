@@ -1,8 +1,9 @@
-//! A `pv-creator: controller` provisioning Job that succeeded after its claim was deleted:
-//! its image made storage, and no PV says so. The controller creates the PV its report
-//! describes (reclaim `Delete` classes only), bound to the deleted claim, so that the volume
-//! state machine deprovisions it as any released volume: storage is never left behind
-//! without an object that names it.
+//! A `pv-creator: controller` provisioning Job that succeeded after its claim was deleted
+//! (or while its deletion is held by a finalizer): its image made storage, and no PV says
+//! so. The controller creates the PV its report describes (reclaim `Delete` classes only),
+//! bound to the leaving claim, so that the volume state machine deprovisions it as any
+//! released volume once the claim is gone: storage is never left behind without an object
+//! that names it, however long a user holds the claim and whatever the Job's TTL.
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
@@ -16,8 +17,9 @@ use crate::volume::pv_with_source;
 /// What the API server says about the Job's claim and volume, read just before deciding.
 #[derive(Debug, Clone, Copy)]
 pub struct Confirmed {
-    /// No claim with the Job's claim uid exists (404, or another claim under the name).
-    pub claim_gone: bool,
+    /// No claim with the Job's claim uid exists (404, or another claim under the name), or
+    /// it is being deleted: either way it will never be provisioned again.
+    pub claim_leaving: bool,
     /// A PV under the Job's volume name exists.
     pub pv_exists: bool,
     /// A deprovision Job for the volume name exists: the PV was made and deprovisioned
@@ -76,7 +78,7 @@ fn template(job: &Job) -> Option<PersistentVolume> {
 /// The decision for a candidate (see `is_candidate`), from what the API server confirmed.
 pub fn plan_orphan(job: &Job, pods: &[&Pod], confirmed: Confirmed) -> OrphanStep {
     if !is_candidate(job)
-        || !confirmed.claim_gone
+        || !confirmed.claim_leaving
         || confirmed.pv_exists
         || confirmed.deprovisioned
         || confirmed.recorded

@@ -4,7 +4,7 @@ use crate::names::LABEL_ACTION;
 use serde_json::{Value, json};
 
 const CONFIRMED: Confirmed = Confirmed {
-    claim_gone: true,
+    claim_leaving: true,
     pv_exists: false,
     deprovisioned: false,
     recorded: false,
@@ -66,7 +66,7 @@ fn nothing_is_made_unless_the_api_server_confirmed_it_is_needed() {
     let p = pod(NFS);
     for confirmed in [
         Confirmed {
-            claim_gone: false,
+            claim_leaving: false,
             ..CONFIRMED
         },
         Confirmed {
