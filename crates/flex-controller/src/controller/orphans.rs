@@ -115,7 +115,19 @@ async fn look_into(
             job.name_any()
         )))?;
     let pods = ctx.caches.pods_by(&super::caches::by_claim(&claim_uid));
-    let pod_refs: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
+    // Past the wait, the report is looked for where the API server has it: a pod watch
+    // that lags under load must not make storage look lost.
+    let read = if in_time {
+        Vec::new()
+    } else {
+        let namespace = job.namespace().unwrap_or_default();
+        super::reconcile::claims_pods(ctx, &namespace, &claim_uid).await?
+    };
+    let pod_refs: Vec<&Pod> = if in_time {
+        pods.iter().map(AsRef::as_ref).collect()
+    } else {
+        read.iter().collect()
+    };
     match plan_orphan(job, &pod_refs, confirmed) {
         OrphanStep::Nothing => Ok(None),
         OrphanStep::AwaitReport if in_time => Ok(Some(RECHECK)),

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
@@ -261,6 +261,7 @@ async fn decide(
     let plan_with = |prepared: Option<&Prepared>,
                      read: Option<&Option<PersistentVolume>>,
                      node_read: Option<&Option<NodeInfo>>,
+                     pods_read: Option<&Vec<Pod>>,
                      active_jobs_of_class: usize| {
         let inputs = ClaimInputs {
             claim: &g.claim,
@@ -268,7 +269,11 @@ async fn decide(
             class_provisioner: g.class_provisioner.as_deref(),
             config,
             jobs: g.jobs.iter().map(AsRef::as_ref).collect(),
-            pods: g.pods.iter().map(AsRef::as_ref).collect(),
+            pods: match pods_read {
+                Some(read) => read.iter().collect(),
+                None => g.pods.iter().map(AsRef::as_ref).collect(),
+            },
+            pods_confirmed: pods_read.is_some(),
             pv: read.map_or(g.pv.as_deref(), Option::as_ref),
             pv_absence_confirmed: read.is_some_and(Option::is_none),
             node: node_read.map_or(g.node.as_ref(), Option::as_ref),
@@ -283,9 +288,16 @@ async fn decide(
         plan_claim(&inputs)
     };
     let (mut prepared, mut read, mut node_read, mut turn, mut active) = (None, None, None, None, 0);
+    let mut pods_read: Option<Vec<Pod>> = None;
     loop {
         // No Job is started without what it is made from: until then the count is not read.
-        let plan = plan_with(prepared.as_ref(), read.as_ref(), node_read.as_ref(), active);
+        let plan = plan_with(
+            prepared.as_ref(),
+            read.as_ref(),
+            node_read.as_ref(),
+            pods_read.as_ref(),
+            active,
+        );
         match plan.step {
             Step::Prepare if prepared.is_none() => {
                 // The node the plan was made with: the API server's once the plan asked.
@@ -307,6 +319,9 @@ async fn decide(
                 let what = format!("PersistentVolume {name}");
                 read = Some(pvs.get_opt(&name).await.map_err(crate::Error::read(what))?);
             }
+            Step::ConfirmReport { ref namespace } if pods_read.is_none() => {
+                pods_read = Some(claims_pods(ctx, namespace, &g.uid).await?);
+            }
             Step::ConfirmNode { ref name } if node_read.is_none() => {
                 let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(ctx.client.clone());
                 let what = format!("Node {name}");
@@ -319,6 +334,34 @@ async fn decide(
             _ => return Ok((plan, turn)),
         }
     }
+}
+
+/// The pods of the claim's Jobs in `namespace`, as the API server has them (trimmed as the
+/// pod cache keeps them).
+pub(super) async fn claims_pods(
+    ctx: &Context,
+    namespace: &str,
+    uid: &str,
+) -> crate::Result<Vec<Pod>> {
+    if namespace.is_empty() {
+        return Ok(Vec::new());
+    }
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), namespace);
+    let selector = format!("{}={uid}", flex_core::names::LABEL_CLAIM_UID);
+    let list = pods
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await
+        .map_err(crate::Error::read(format!(
+            "the pods of claim uid {uid} in {namespace}"
+        )))?;
+    Ok(list
+        .items
+        .into_iter()
+        .map(|mut p| {
+            super::caches::trim_pod(&mut p);
+            p
+        })
+        .collect())
 }
 
 /// Carries out the plan's step, then looks again when the step says (a bound claim goes on
@@ -392,6 +435,7 @@ async fn apply(
         | Step::AwaitNode
         | Step::Prepare
         | Step::ConfirmPv
+        | Step::ConfirmReport { .. }
         | Step::ConfirmNode { .. }
         | Step::Blocked
         | Step::AwaitSource

@@ -57,6 +57,9 @@ pub struct ClaimInputs<'a> {
     /// The provisioning Jobs labelled with this claim's uid, and their pods.
     pub jobs: Vec<&'a Job>,
     pub pods: Vec<&'a Pod>,
+    /// `pods` were read from the API server for this decision ([`Step::ConfirmReport`]),
+    /// not taken from a cache that may lag behind the Job's completion.
+    pub pods_confirmed: bool,
     /// The PV named `pvc-<claim uid>`, if it exists.
     pub pv: Option<&'a PersistentVolume>,
     /// The API server itself (not a cache that may lag behind the Job's completion) said
@@ -180,6 +183,10 @@ pub enum Step {
     CreatePv { pv: Box<PersistentVolume> },
     /// The Job succeeded but its pod, which holds the report, is not in the cache yet.
     AwaitReport,
+    /// The Job succeeded a while ago and the cache still shows no report: ask the API
+    /// server for the claim's pods in `namespace` before calling it lost, then plan again
+    /// with its answer (a pod watch that lags under load must not cost an attempt).
+    ConfirmReport { namespace: String },
 }
 
 /// How long a running attempt waits for a look without a change: every change of its Job,
@@ -219,6 +226,7 @@ impl Step {
             Step::Reschedule { .. } => None,
             Step::ConfirmNode { .. }
             | Step::ConfirmPv
+            | Step::ConfirmReport { .. }
             | Step::AwaitPvRemoval
             | Step::AwaitReport
             | Step::RemoveWrongPv { .. } => Some(SOON),
@@ -990,6 +998,11 @@ impl<'i, 'a> Judging<'i, 'a> {
             });
             if fresh {
                 return Err(Step::AwaitReport);
+            }
+            if !self.i.pods_confirmed {
+                return Err(Step::ConfirmReport {
+                    namespace: job.metadata.namespace.clone().unwrap_or_default(),
+                });
             }
             let message = format!(
                 "the provisioner Job {job_name} succeeded, but its pod, whose termination message holds the volume source, is gone"
