@@ -21,7 +21,7 @@ async fn hundred_claims_bind_under_the_controller_manager_rate_limit() {
     class(&sb, "bulk", "Immediate", "make-pv", serde_json::json!({})).await;
     let start = Instant::now();
     burst(&sb, "c", CLAIMS, "bulk").await;
-    all_bound(&sb, CLAIMS, 300).await;
+    all_bound(&sb, CLAIMS, 120).await;
     eprintln!("{CLAIMS} claims bound in {:?}", start.elapsed());
 
     let by_claim = provision_jobs_by_claim(&sb).await;

@@ -18,6 +18,34 @@ use serde_json::json;
 
 const LEASE: &str = "flex-provisioner";
 
+/// An election's timing: (lease duration, renew deadline, retry period).
+type Timing = (Duration, Duration, Duration);
+
+/// Short, so a takeover comes quickly.
+const SHORT: Timing = (
+    Duration::from_secs(2),
+    Duration::from_millis(1500),
+    Duration::from_millis(500),
+);
+
+/// For the instance that must keep its Lease: a renewal has three seconds, six tries, to
+/// go through, so a busy machine (a slow write, a late thread) costs no renewal, while a
+/// stall of three lease durations still outlasts any renewal the runtime could have made.
+const STEADY: Timing = (
+    Duration::from_secs(4),
+    Duration::from_secs(3),
+    Duration::from_millis(500),
+);
+
+fn leader_options(identity: &str, (lease, renew, retry): Timing) -> LeaderOptions {
+    LeaderOptions {
+        lease_duration: lease,
+        renew_deadline: renew,
+        retry_period: retry,
+        ..LeaderOptions::new(CONTROLLER_NS, LEASE, identity)
+    }
+}
+
 /// Writes the instance's controllers sent to the API server, and when.
 type Sent = Arc<Mutex<Vec<(http::Method, String, Instant)>>>;
 
@@ -27,6 +55,7 @@ type Sent = Arc<Mutex<Vec<(http::Method, String, Instant)>>>;
 fn instance(
     config: kube::Config,
     lease_connection: Option<kube::Config>,
+    timing: Timing,
 ) -> (tokio::runtime::Handle, Sent) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -54,11 +83,8 @@ fn instance(
             .with_layer(&note)
             .build();
         let leader = LeaderOptions {
-            lease_duration: Duration::from_secs(2),
-            renew_deadline: Duration::from_millis(1500),
-            retry_period: Duration::from_millis(500),
             connection: lease_connection,
-            ..LeaderOptions::new(CONTROLLER_NS, LEASE, "stalled")
+            ..leader_options("stalled", timing)
         };
         let result = flex_controller::controller::run(
             client,
@@ -92,16 +118,11 @@ async fn lease(sb: &common::cluster::Cluster) -> Lease {
 }
 
 /// A standby waiting for the Lease, on the test's runtime.
-fn standby(sb: &common::cluster::Cluster) -> tokio::task::JoinHandle<()> {
+fn standby(sb: &common::cluster::Cluster, timing: Timing) -> tokio::task::JoinHandle<()> {
     controller_with(
         sb,
         Options {
-            leader: Some(LeaderOptions {
-                lease_duration: Duration::from_secs(2),
-                renew_deadline: Duration::from_millis(1500),
-                retry_period: Duration::from_millis(500),
-                ..LeaderOptions::new(CONTROLLER_NS, LEASE, "standby")
-            }),
+            leader: Some(leader_options("standby", timing)),
             ..options()
         },
     )
@@ -129,18 +150,19 @@ async fn a_stalled_runtime_does_not_cost_the_lease() {
     let sb = sandbox().await;
     class(&sb, "fast", "Immediate", "make-pv", json!({})).await;
     let config = config_as(sb.config(), CONTROLLER_NS, "flex-provisioner").await;
-    let (handle, _) = instance(config.clone(), Some(config));
+    let (handle, _) = instance(config.clone(), Some(config), STEADY);
     eventually(20, "the instance to lead", || async {
         (holder(&sb).await.as_deref() == Some("stalled")).then_some(())
     })
     .await;
-    let _standby = standby(&sb);
+    let _standby = standby(&sb, STEADY);
     claim(&sb, "before", "fast").await;
     bound(&sb, "before", 60).await;
     let transitions = lease(&sb).await.spec.unwrap().lease_transitions;
-    stall(&handle, Duration::from_secs(6));
+    let stalled_for = STEADY.0 * 3;
+    stall(&handle, stalled_for);
     claim(&sb, "during-stall", "fast").await;
-    let until = Instant::now() + Duration::from_secs(6);
+    let until = Instant::now() + stalled_for;
     while Instant::now() < until {
         let spec = lease(&sb).await.spec.unwrap();
         assert_eq!(
@@ -164,12 +186,12 @@ async fn a_leader_stalled_past_its_lease_never_writes_beside_the_next() {
     let sb = sandbox().await;
     class(&sb, "fast", "Immediate", "make-pv", json!({})).await;
     let config = config_as(sb.config(), CONTROLLER_NS, "flex-provisioner").await;
-    let (handle, sent) = instance(config, None);
+    let (handle, sent) = instance(config, None, SHORT);
     eventually(20, "the instance to lead", || async {
         (holder(&sb).await.as_deref() == Some("stalled")).then_some(())
     })
     .await;
-    let _standby = standby(&sb);
+    let _standby = standby(&sb, SHORT);
     claim(&sb, "before", "fast").await;
     bound(&sb, "before", 60).await;
     quiet(&sent).await;

@@ -11,6 +11,7 @@ use kube_sandbox::{Sandbox, SandboxOptions};
 use super::cluster::Cluster;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 use tokio::task::JoinHandle;
@@ -667,23 +668,60 @@ pub async fn burst_in(
     .await
 }
 
-/// Waits until `n` claims in `default` are bound.
+/// Waits until `n` claims in `default` are bound (see `all_bound_in`).
 pub async fn all_bound(sb: &Cluster, n: usize, secs: u64) {
     all_bound_in(&Api::namespaced(sb.client().unwrap(), "default"), n, secs).await
 }
 
-/// Waits until `n` of the claims `claims` reaches are bound.
+/// Waits until `n` of the claims `claims` reaches are bound, for as long as claims keep
+/// binding: it fails only when none more bound for `secs`, with how many are and the events
+/// of those still pending. A burst's length depends on the machine (a shared, loaded one may
+/// take several times as long); a stall does not.
 pub async fn all_bound_in(claims: &Api<PersistentVolumeClaim>, n: usize, secs: u64) {
-    eventually(secs, &format!("{n} claims bound"), || async {
-        let list = claims.list(&ListParams::default()).await.ok()?;
-        let bound = list
-            .items
-            .iter()
-            .filter(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
-            .count();
-        (bound == n).then_some(())
-    })
-    .await;
+    let window = std::time::Duration::from_secs(secs);
+    let (mut best, mut since) = (0, std::time::Instant::now());
+    loop {
+        let list = match claims.list(&ListParams::default()).await {
+            Ok(l) => l.items,
+            Err(_) => Vec::new(),
+        };
+        let (bound, pending): (Vec<_>, Vec<_>) = list
+            .into_iter()
+            .partition(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"));
+        if bound.len() == n {
+            return;
+        }
+        if bound.len() > best {
+            (best, since) = (bound.len(), std::time::Instant::now());
+        }
+        if since.elapsed() >= window {
+            let names: Vec<String> = pending.iter().take(5).map(|c| c.name_any()).collect();
+            let events = Api::<Event>::namespaced(
+                claims.clone().into_client(),
+                claims.namespace().unwrap_or("default"),
+            )
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
+            let said: Vec<String> = events
+                .iter()
+                .filter(|e| names.contains(&e.involved_object.name.clone().unwrap_or_default()))
+                .map(|e| {
+                    format!(
+                        "{}: {}",
+                        e.involved_object.name.as_deref().unwrap_or(""),
+                        e.message.as_deref().unwrap_or("")
+                    )
+                })
+                .collect();
+            panic!(
+                "waiting for {n} claims bound: {best} bound and none more in {secs}s; pending \
+                 (first 5): {names:?}; their events: {said:#?}"
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }
 
 /// Messages of the events in `default` that contain `needle`.
