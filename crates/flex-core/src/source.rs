@@ -122,6 +122,18 @@ pub fn clone_problem(
             "the source claim {at} is bound to {volume_name}, which this provisioner did not make; only its own volumes can be cloned"
         ));
     }
+    let verified = pv
+        .metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == crate::names::FINALIZER_DEPROVISION);
+    if !verified {
+        return Some(format!(
+            "the source claim's volume {volume_name} is not verified by this provisioner (it has no finalizer {}); only verified volumes are cloned",
+            crate::names::FINALIZER_DEPROVISION
+        ));
+    }
     let capacity = crate::volume::storage_capacity(&pv.spec.clone().unwrap_or_default());
     if crate::quantity::parse_bytes(&capacity).is_ok_and(|c| c > claim.bytes) {
         return Some(format!(
@@ -179,7 +191,8 @@ mod tests {
 
     fn volume(claim_uid: &str, by: &str) -> PersistentVolume {
         serde_json::from_value(json!({"metadata": {"name": "pvc-c-1",
-                "annotations": {crate::names::ANN_PROVISIONED_BY: by}},
+                "annotations": {crate::names::ANN_PROVISIONED_BY: by},
+                "finalizers": [crate::names::FINALIZER_DEPROVISION]},
             "spec": {"capacity": {"storage": "2Gi"}, "claimRef": {"uid": claim_uid}}}))
         .unwrap()
     }
@@ -190,6 +203,8 @@ mod tests {
     fn a_clone_copies_only_from_a_bound_volume_of_ours_no_larger_than_it() {
         let bound = source(json!({"phase": "Bound"}));
         let ours = volume("c-1", P);
+        let mut unverified = ours.clone();
+        unverified.metadata.finalizers = None;
         let problem =
             |req: &str, s: Option<&PersistentVolumeClaim>, v: Option<&PersistentVolume>| {
                 clone_problem(&clone_request(req), "data", s, v, P)
@@ -233,6 +248,11 @@ mod tests {
                 "smaller",
                 problem("1Gi", Some(&bound), Some(&ours)),
                 "less than its source's 2Gi",
+            ),
+            (
+                "not verified (an image's PV, or anyone's with our name in it)",
+                problem("2Gi", Some(&bound), Some(&unverified)),
+                "not verified",
             ),
         ] {
             let found = found.unwrap_or_else(|| panic!("{what}: accepted"));

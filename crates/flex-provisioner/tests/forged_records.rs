@@ -225,3 +225,84 @@ async fn a_forged_deprovisioned_mark_changes_nothing() {
     .await;
     assert_eq!(jobs_of(&sb, "deprovision").await.len(), 1);
 }
+
+/// Four hundred PVs of 100 KB made with the image account's token, each named as an image
+/// names its claim's volume, with this provisioner's name in `provisioned-by` and bound to
+/// a claim that does not exist (what deploy/'s admission policy lets that account create):
+/// none is verified, so the cache keeps a bounded record of each, and they cost the
+/// controller nothing: no event, no Job, no record; a claim of a real class made among
+/// them binds.
+#[tokio::test]
+async fn forged_volumes_of_the_image_account_cost_nothing() {
+    use futures::StreamExt;
+    const FORGED: usize = 400;
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    class(&sb, "fast", "Immediate", "make-pv", json!({})).await;
+    let writer = if sb.is_real() {
+        client_as(sb.config(), NS, IMAGE_ACCOUNT).await
+    } else {
+        sb.client().unwrap()
+    };
+    let pvs: Api<PersistentVolume> = Api::all(writer);
+    let filler = "f".repeat(100 * 1024);
+    let names: Vec<String> = (0..FORGED)
+        .map(|i| format!("pvc-00000000-0000-0000-0000-{i:012}"))
+        .collect();
+    futures::stream::iter(names.iter().enumerate())
+        .for_each_concurrent(16, |(i, name)| {
+            let (pvs, filler) = (pvs.clone(), filler.clone());
+            async move {
+                let pv: PersistentVolume = serde_json::from_value(json!({
+                    "metadata": {"name": name,
+                        "annotations": {"pv.kubernetes.io/provisioned-by": flex_core::names::DEFAULT_PROVISIONER_NAME, "filler": filler}},
+                    "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                             "storageClassName": "fast", "persistentVolumeReclaimPolicy": "Delete",
+                             "hostPath": {"path": format!("/var/lib/flex-provisioner/volumes/f{i}")},
+                             "claimRef": {"namespace": "default", "name": format!("nobody-{i}"),
+                                          "uid": name.trim_start_matches("pvc-")}}}))
+                .unwrap();
+                pvs.create(&PostParams::default(), &pv).await.unwrap();
+            }
+        })
+        .await;
+    claim(&sb, "real", "fast").await;
+    bound(&sb, "real", 120).await;
+    // The PV controller releases each forged volume (its claim does not exist): what the
+    // controller used to answer with reads and a warning.
+    let admin_pvs: Api<PersistentVolume> = Api::all(sb.client().unwrap());
+    eventually(120, "the forged volumes to be released", || async {
+        let released = admin_pvs
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .iter()
+            .filter(|pv| names.contains(pv.metadata.name.as_ref().unwrap()))
+            .filter(|pv| pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released"))
+            .count();
+        (released == FORGED).then_some(())
+    })
+    .await;
+    // Time for the controller to have answered them, had it answered: another claim goes
+    // through the same watches after them.
+    claim(&sb, "after", "fast").await;
+    bound(&sb, "after", 120).await;
+    let events: Api<Event> = Api::all(sb.client().unwrap());
+    let about_forged: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| names.contains(e.involved_object.name.as_ref().unwrap_or(&String::new())))
+        .filter_map(|e| e.message)
+        .collect();
+    assert!(
+        about_forged.is_empty(),
+        "{} events about forged volumes, the first: {:?}",
+        about_forged.len(),
+        about_forged.first()
+    );
+    assert!(jobs_of(&sb, "deprovision").await.is_empty(), "nothing ran");
+}

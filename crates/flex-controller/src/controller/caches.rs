@@ -311,24 +311,40 @@ fn cut_to_budget(c: &mut PersistentVolumeClaim) {
     }
 }
 
-/// A PV another provisioner made is kept as its name, uid, claimRef and class: enough to
-/// route its events and to see that it is not ours. Kept whole: ours, and a PV named as an
-/// image names its claim's volume (`pvc-<claimRef uid>`) without any provisioner's name,
-/// as the original proposal's images write it: the claim's plan verifies it.
+/// A PV is kept whole only once it is a verified volume of ours (our name in
+/// `provisioned-by` and our finalizer, which the controller alone sets: deploy/'s admission
+/// policy keeps it from the image accounts). Any other PV is kept as its name, uid,
+/// claimRef, class, phase and deletion: enough to route its events and see it is not ours
+/// yet, whatever its creator wrote into it (anyone with PV create, the image accounts
+/// included, may write hundreds of kilobytes). One that names this provisioner or is named
+/// as an image names its claim's volume (`pvc-<claimRef uid>`) is marked cut short: a
+/// claim's plan that verifies it, or a volume's plan for one a Job of ours made, reads it
+/// whole from the API server first.
 pub fn trim_volume(provisioner: &str) -> impl Fn(&mut PersistentVolume) + Send + 'static {
     let provisioner = provisioner.to_owned();
     move |pv| {
         trim_meta(pv);
-        match pv.annotations().get(ANN_PROVISIONED_BY) {
-            Some(p) if *p == provisioner => return,
-            None if is_claims_volume(pv) => return,
-            _ => {}
+        let named_ours = pv.annotations().get(ANN_PROVISIONED_BY) == Some(&provisioner);
+        let verified = pv
+            .finalizers()
+            .iter()
+            .any(|f| f == flex_core::names::FINALIZER_DEPROVISION);
+        if named_ours && verified {
+            return;
         }
+        let maybe_ours = named_ours
+            || (!pv.annotations().contains_key(ANN_PROVISIONED_BY) && is_claims_volume(pv));
         let m = &mut pv.metadata;
         m.labels = None;
         m.finalizers = None;
         if let Some(a) = m.annotations.as_mut() {
             a.retain(|k, _| k == ANN_PROVISIONED_BY);
+            a.values_mut().for_each(bounded_value);
+        }
+        if maybe_ours {
+            m.annotations
+                .get_or_insert_with(Default::default)
+                .insert(ANN_CUT_SHORT.to_owned(), "true".to_owned());
         }
         pv.spec = pv
             .spec
@@ -343,6 +359,7 @@ pub fn trim_volume(provisioner: &str) -> impl Fn(&mut PersistentVolume) + Send +
                         ..Default::default()
                     }),
                 storage_class_name: s.storage_class_name,
+                persistent_volume_reclaim_policy: s.persistent_volume_reclaim_policy,
                 ..Default::default()
             });
         pv.status = pv
@@ -353,6 +370,11 @@ pub fn trim_volume(provisioner: &str) -> impl Fn(&mut PersistentVolume) + Send +
                 ..Default::default()
             });
     }
+}
+
+/// Whether a cached PV lacks what was cut from it (see `trim_volume`).
+pub fn is_volume_cut_short(pv: &PersistentVolume) -> bool {
+    pv.annotations().contains_key(ANN_CUT_SHORT)
 }
 
 /// Whether a PV is named `pvc-<uid of the claim its claimRef names>`.
@@ -519,24 +541,57 @@ mod tests {
         );
     }
 
-    /// An image's PV as the original proposal writes it (no provisioner's name, named
-    /// after its claim's uid) is kept whole for the claim's plan to verify; another
-    /// unannotated PV (an admin's static volume) is trimmed.
+    /// A volume of ours is kept whole once verified (our finalizer). Before that, or when
+    /// anyone with PV create wrote our name into it, it is a bounded record marked cut
+    /// short, as is an image's PV named as the original proposal names it (no
+    /// provisioner's name, named after its claim's uid): a claim's plan that verifies it
+    /// reads it whole. Another unannotated PV (an admin's static volume) is trimmed and
+    /// not marked.
     #[test]
-    fn a_seed_style_image_volume_is_kept_whole() {
-        let seed: PersistentVolume = serde_json::from_value(json!({
-            "metadata": {"name": "pvc-u", "uid": "v"},
+    fn only_a_verified_volume_of_ours_is_kept_whole() {
+        let verified: PersistentVolume = serde_json::from_value(json!({
+            "metadata": {"name": "pvc-u", "uid": "v", "annotations": {ANN_PROVISIONED_BY: "me"},
+                         "finalizers": [flex_core::names::FINALIZER_DEPROVISION]},
             "spec": {"claimRef": {"name": "c", "namespace": "a", "uid": "u"},
                      "storageClassName": "ours", "hostPath": {"path": "/p"},
-                     "capacity": {"storage": "1Gi"}}
+                     "capacity": {"storage": "1Gi"}, "persistentVolumeReclaimPolicy": "Delete"}
         }))
         .unwrap();
-        let mut kept = seed.clone();
+        let mut kept = verified.clone();
         trim_volume("me")(&mut kept);
-        assert_eq!(kept, seed);
-        let mut other = seed.clone();
+        assert_eq!(kept, verified);
+        assert!(!is_volume_cut_short(&kept));
+
+        let mut forged = verified.clone();
+        forged.metadata.finalizers = None;
+        forged.metadata.labels = Some([("x".into(), "y".repeat(60_000))].into());
+        forged
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert("big".into(), "z".repeat(250_000));
+        trim_volume("me")(&mut forged);
+        assert!(is_volume_cut_short(&forged));
+        assert_eq!(
+            without_type(&forged),
+            json!({"metadata": {"name": "pvc-u", "uid": "v",
+                                "annotations": {ANN_PROVISIONED_BY: "me", ANN_CUT_SHORT: "true"}},
+                   "spec": {"claimRef": {"name": "c", "namespace": "a", "uid": "u"},
+                            "storageClassName": "ours", "persistentVolumeReclaimPolicy": "Delete"}})
+        );
+
+        let mut seed = verified.clone();
+        seed.metadata.annotations = None;
+        seed.metadata.finalizers = None;
+        trim_volume("me")(&mut seed);
+        assert!(is_volume_cut_short(&seed));
+        assert!(seed.spec.as_ref().unwrap().host_path.is_none());
+        let mut other = verified.clone();
+        other.metadata.annotations = None;
         other.metadata.name = Some("static-1".into());
         trim_volume("me")(&mut other);
-        assert!(other.spec.unwrap().host_path.is_none());
+        assert!(other.spec.as_ref().unwrap().host_path.is_none());
+        assert!(!is_volume_cut_short(&other));
     }
 }

@@ -98,7 +98,14 @@ async fn gather(
     let mut jobs = ctx.caches.jobs_by(&by_claim(&uid));
     jobs.retain(|j| is_provision(j));
     let pods = ctx.caches.pods_by(&by_claim(&uid));
-    let pv = ctx.caches.volume(&pv_name(&uid));
+    // A PV under the claim's volume name that is not verified yet is cached cut short
+    // (caches::trim_volume): read whole for a claim of ours, whose plan verifies it.
+    let pv = match ctx.caches.volume(&pv_name(&uid)) {
+        Some(pv) if ours && super::caches::is_volume_cut_short(&pv) => {
+            super::volumes::read_whole(&pv, ctx).await?
+        }
+        cached => cached,
+    };
     let pending = claim.spec.as_ref().is_some_and(|s| s.volume_name.is_none());
     let node = claim
         .annotations()

@@ -63,6 +63,50 @@ async fn named_by_claim(
     Ok(false)
 }
 
+/// A PV that names this provisioner but is not verified (cached cut short, see
+/// `caches::trim_volume`) is worth a read only when a Job of ours made it (an image-mode
+/// volume whose claim went before it was verified): anyone with PV create can make such
+/// PVs by the thousand, and they cost no request. `None`: nothing to do.
+async fn whole_if_made_by_us(
+    pv: Arc<PersistentVolume>,
+    ctx: &Context,
+) -> crate::Result<Option<Arc<PersistentVolume>>> {
+    if !super::caches::is_volume_cut_short(&pv) {
+        return Ok(Some(pv));
+    }
+    let name = pv.name_any();
+    let made_by_us = ctx
+        .caches
+        .jobs_by(&by_volume(&name))
+        .iter()
+        .any(|j| action_is(j.labels(), names::Action::Provision));
+    if !made_by_us {
+        return Ok(None);
+    }
+    read_whole(&pv, ctx).await
+}
+
+/// A PV the cache keeps cut short, read whole from the API server (`None`: it is gone, or
+/// another has its name now).
+pub(super) async fn read_whole(
+    pv: &PersistentVolume,
+    ctx: &Context,
+) -> crate::Result<Option<Arc<PersistentVolume>>> {
+    let name = pv.name_any();
+    let whole = ctx
+        .apply
+        .volumes()
+        .get_opt(&name)
+        .await
+        .map_err(crate::Error::read(format!("volume {name}")))?;
+    Ok(whole
+        .filter(|w| w.metadata.uid == pv.metadata.uid)
+        .map(|mut w| {
+            super::caches::trim_meta(&mut w);
+            Arc::new(w)
+        }))
+}
+
 /// One PV of ours: gather, decide (reading the record, the claim and the PV afresh when
 /// the plan asks), tell, apply.
 pub async fn reconcile_volume(
@@ -76,6 +120,9 @@ pub async fn reconcile_volume(
     if !flex_core::volume::provisioned_by(&pv, &ctx.opts.provisioner_name) {
         return Ok(Action::await_change());
     }
+    let Some(pv) = whole_if_made_by_us(pv, &ctx).await? else {
+        return Ok(Action::await_change());
+    };
     let g = gather(pv, &ctx);
     // A deprovision Job created a moment ago that the watch has not delivered yet.
     if ctx
