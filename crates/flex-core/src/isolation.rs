@@ -1,4 +1,4 @@
-//! Per-volume mounts (README.md, "Per-volume directories"): the pod of a class with
+//! Per-volume mounts (docs/configuration.md, "Per-volume directories"): the pod of a class with
 //! `volume-base` sees only the directories of the volumes its action touches, mounted by the
 //! kubelet with `subPath`, never the whole base that holds every tenant's volumes. A link a
 //! tenant plants in their own volume then resolves inside the container, where no other

@@ -1,4 +1,4 @@
-//! Jobs for an action (README.md, "The image contract"): one builder for provisioning and deprovisioning.
+//! Jobs for an action (docs/image-contract.md): one builder for provisioning and deprovisioning.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -224,7 +224,7 @@ fn report_limits(config: &ClassConfig, rendered: &Rendered) -> Vec<(String, Stri
     ]
 }
 
-/// The provisioning Job's environment (README.md, "The Job's environment").
+/// The provisioning Job's environment (docs/image-contract.md, "Environment of the container").
 fn provision_env(cx: &ProvisionContext<'_>) -> Vec<(&'static str, String)> {
     let ProvisionContext {
         config,

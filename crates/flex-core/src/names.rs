@@ -55,7 +55,7 @@ pub const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 pub const ANN_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
 pub const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
 
-/// ConfigMap discovery labels (README.md, "Configuration").
+/// ConfigMap discovery labels (docs/configuration.md).
 pub const LABEL_CONFIG_TYPE: &str = "type";
 pub const CONFIG_TYPE_VALUE: &str = "provisioner-config";
 pub const LABEL_CONFIG_CLASS: &str = "storage-class";
@@ -64,7 +64,7 @@ pub const LABEL_CONFIG_CLASS: &str = "storage-class";
 pub const CONTAINER_NAME: &str = "provisioner";
 pub const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
 
-/// Environment variables every Job's container gets (README.md, "Environment of the container"). A parameter or a
+/// Environment variables every Job's container gets (docs/image-contract.md, "Environment of the container"). A parameter or a
 /// `pod-template` env entry may not reuse these names.
 pub const BUILTIN_ENV: &[&str] = &[
     "ACTION",

@@ -1,5 +1,5 @@
 //! The PV template handed to provisioning pods, and the records on it that let a volume be
-//! deprovisioned without the ConfigMap (README.md, "The PV" and "How deprovisioning works").
+//! deprovisioned without the ConfigMap (docs/image-contract.md, "The PV"; docs/operations.md, "How deprovisioning works").
 
 use std::collections::BTreeMap;
 
@@ -18,7 +18,7 @@ use crate::names::{
     MANAGED_BY_VALUE, pv_name,
 };
 
-/// The complete PV but for its volume source (README.md, "The PV"). It carries no records: what a
+/// The complete PV but for its volume source (docs/image-contract.md, "The PV"). It carries no records: what a
 /// deprovision Job runs is kept in a record the controller writes (see `record`), never on
 /// the PV, which anyone with PV update could rewrite. Our finalizer is on it only when the
 /// controller creates the PV; a PV an image creates gets it once the controller verified it.
@@ -132,7 +132,7 @@ pub struct Expected<'a> {
 }
 
 /// Checks a PV against its claim, what the template asked for and the volume sources the
-/// class allows (README.md, "The PV").
+/// class allows (docs/image-contract.md, "The PV").
 pub fn verify(
     pv: &PersistentVolume,
     claim: &ClaimRequest,

@@ -1,7 +1,7 @@
 //! The reserved ConfigMap keys, and the checks on the other keys: misspelt reserved keys and
 //! credentials pasted into a ConfigMap.
 
-/// Every reserved key with its default and meaning; this table is the reference the README
+/// Every reserved key with its default and meaning; this table is the reference docs/configuration.md
 /// documents and `check` uses to recognise misspellings.
 pub const RESERVED_KEYS: &[(&str, &str, &str)] = &[
     (

@@ -1,4 +1,4 @@
-//! ConfigMap + StorageClass -> validated class configuration (pure; README.md, "Configuration").
+//! ConfigMap + StorageClass -> validated class configuration (pure; docs/configuration.md).
 //!
 //! Bad configuration never produces a Job: parsing returns every problem it finds, each
 //! naming the key and the fix, and yields a configuration only when none blocks.

@@ -1,7 +1,7 @@
 //! The `pod-template` key: parsing a PodTemplateSpec fragment strictly, and merging it into
 //! the pod we generate.
 //!
-//! Merge rules (documented in the README): objects merge key by key; the provisioner
+//! Merge rules (documented in docs/configuration.md): objects merge key by key; the provisioner
 //! container is matched by name; other lists (volumes, tolerations, env, volumeMounts...)
 //! are appended to ours; a `securityContext` given in the fragment replaces ours whole,
 //! because mixing a restricted default with a privileged override yields pods that cannot

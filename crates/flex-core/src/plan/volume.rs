@@ -65,7 +65,7 @@ pub struct VolumeInputs<'a> {
     pub node_exists: &'a dyn Fn(&str) -> bool,
 }
 
-/// Where a PV is in its life, as far as we are concerned (the README's table).
+/// Where a PV is in its life, as far as we are concerned (the table in docs/operations.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VolumeState {
     /// Not provisioned by this provisioner.

@@ -1,4 +1,4 @@
-//! The data a template sees for one claim (README.md, "Templates"); its shape is `lint::SCHEMA`.
+//! The data a template sees for one claim (docs/configuration.md, "Templates"); its shape is `lint::SCHEMA`.
 
 use serde_json::{Value, json};
 

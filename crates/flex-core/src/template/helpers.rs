@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::names::sanitize_dns_label;
 
-/// Names and one-line descriptions, for `check` (unknown helper) and the README.
+/// Names and one-line descriptions, for `check` (unknown helper) and docs/configuration.md.
 pub const HELPERS: &[(&str, &str)] = &[
     (
         "default",

@@ -7,7 +7,7 @@ use handlebars::{Path, PathSeg};
 
 use super::helpers::{BUILTIN_HELPERS, HELPERS};
 
-/// The shape of the template context (README.md, "Templates").
+/// The shape of the template context (docs/configuration.md, "Templates").
 #[derive(Debug, Clone, Copy)]
 pub enum Field {
     Value,
