@@ -168,7 +168,8 @@ async fn hostpath_provisions_clones_expands_and_deprovisions_another_users_priva
     plain_claim(&cluster, "src", "hostpath").await;
     shell_pod(&cluster, "tenant", "src", TENANT_FILES).await;
     let src = bound(&cluster, "src", 60).await;
-    let src_dir = storage_dir(&cluster, &volume_of(&cluster, &src).await);
+    let src_pv = volume_of(&cluster, &src).await;
+    let src_dir = storage_dir(&cluster, &src_pv);
     assert_eq!(
         owner_mode(&src_dir.join("private/deep/key")),
         (999, 999, 0o600)
@@ -183,7 +184,8 @@ async fn hostpath_provisions_clones_expands_and_deprovisions_another_users_priva
     )
     .await;
     let copy = bound(&cluster, "copy", 120).await;
-    let copy_dir = storage_dir(&cluster, &volume_of(&cluster, &copy).await);
+    let copy_pv = volume_of(&cluster, &copy).await;
+    let copy_dir = storage_dir(&cluster, &copy_pv);
     for p in [
         "private",
         "private/deep",
@@ -219,9 +221,27 @@ async fn hostpath_provisions_clones_expands_and_deprovisions_another_users_priva
 
     delete_claim(&cluster, "copy").await;
     delete_claim(&cluster, "src").await;
-    eventually(120, "both directories to be removed", || async {
-        (!copy_dir.exists() && !src_dir.exists()).then_some(())
-    })
+    // The PVs go only once their deprovision Jobs succeeded, that is after each script
+    // also removed the parents it emptied: a directory gone says less (its Job may still
+    // be about to remove the namespace's).
+    eventually(
+        120,
+        "both volumes deprovisioned and their PVs gone",
+        || async {
+            let pvs = Api::<PersistentVolume>::all(cluster.client().unwrap());
+            for pv in [&src_pv, &copy_pv] {
+                if pvs
+                    .get_opt(pv.metadata.name.as_deref()?)
+                    .await
+                    .ok()?
+                    .is_some()
+                {
+                    return None;
+                }
+            }
+            (!copy_dir.exists() && !src_dir.exists()).then_some(())
+        },
+    )
     .await;
     let ns_dir = cluster.node_root(NODES[0]).join(
         base.join("default")
