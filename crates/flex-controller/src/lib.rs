@@ -76,6 +76,21 @@ impl Error {
         move |source| Error::Write { what, source }
     }
 
+    /// Whether the API server was only busy or out of reach (429, 5xx, no answer): the same
+    /// request may well pass a moment later.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Preflight { source, .. }
+            | Error::Read { source, .. }
+            | Error::Write { source, .. } => match source {
+                kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+                kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+
     /// The API server's status code, when it answered with one.
     pub fn status_code(&self) -> Option<u16> {
         match self {

@@ -60,8 +60,13 @@ impl Limiter {
 /// per-client metrics read it).
 pub const USER_AGENT: &str = concat!("flex-provisioner/", env!("CARGO_PKG_VERSION"));
 
-/// A client for `config` whose requests carry `USER_AGENT`.
-pub fn client(config: kube::Config) -> Result<kube::Client, kube::Error> {
+/// A client for `config` whose requests carry `USER_AGENT` and which never sends a request
+/// again by itself. kube's own retry (of 429, 503 and 504 answers, after a backoff) happens
+/// below `fence::FencedService`: a write re-sent from there after a long `Retry-After`
+/// would skip the write fence. The reconcile that gets the error retries it instead
+/// (`controller::retry`), through the rate limit and the fence again.
+pub fn client(mut config: kube::Config) -> Result<kube::Client, kube::Error> {
+    config.default_retry = false;
     let name = tower::util::MapRequestLayer::new(|mut r: http::Request<kube::client::Body>| {
         r.headers_mut().insert(
             http::header::USER_AGENT,
@@ -77,7 +82,70 @@ pub fn client(config: kube::Config) -> Result<kube::Client, kube::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::{Duration, Instant};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// An API server that answers every request with 429 and `Retry-After: 0`, counting them.
+    async fn overloaded_server() -> (String, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let seen = Arc::new(AtomicUsize::new(0));
+        let counted = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let counted = counted.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    let mut held = Vec::new();
+                    while let Ok(n) = stream.read(&mut buf).await {
+                        if n == 0 {
+                            return;
+                        }
+                        held.extend_from_slice(&buf[..n]);
+                        // One answer per request head (bodies here are small and sent with it).
+                        while let Some(end) = held.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let head = String::from_utf8_lossy(&held[..end]).to_lowercase();
+                            let body = head
+                                .lines()
+                                .find_map(|l| l.strip_prefix("content-length:"))
+                                .and_then(|v| v.trim().parse::<usize>().ok())
+                                .unwrap_or(0);
+                            if held.len() < end + 4 + body {
+                                break;
+                            }
+                            held.drain(..end + 4 + body);
+                            counted.fetch_add(1, Ordering::SeqCst);
+                            let answer = "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 0\r\n\
+                                          content-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
+                            if stream.write_all(answer.as_bytes()).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        (url, seen)
+    }
+
+    /// A write answered 429 is not sent again from inside the client (where the write fence
+    /// would not see it): the caller gets the error, and one request reached the server.
+    #[tokio::test]
+    async fn the_client_never_sends_a_write_again_by_itself() {
+        let (url, seen) = overloaded_server().await;
+        let client = client(kube::Config::new(url.parse().unwrap())).unwrap();
+        let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+            kube::Api::namespaced(client, "default");
+        let answer = tokio::time::timeout(
+            Duration::from_secs(20),
+            api.create(&Default::default(), &Default::default()),
+        )
+        .await
+        .expect("the 429 comes back to the caller, not retried for minutes");
+        assert!(answer.is_err(), "{answer:?}");
+        assert_eq!(seen.load(Ordering::SeqCst), 1, "requests that reached the server");
+    }
 
     #[tokio::test]
     async fn a_burst_goes_at_once_and_the_rest_at_the_rate() {

@@ -75,6 +75,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 };
                 // The lease thread connects on its own (see `leader::Holder`).
                 let lease_connection = config.clone();
+                let mut config = config;
+                if !args.no_leader_elect {
+                    // A write passes the fence before its connection is made: a connection
+                    // slower than the margin between the renew deadline and the lease's end
+                    // fails, rather than landing once another instance may lead.
+                    let margin = std::time::Duration::from_secs(
+                        args.lease_seconds.saturating_sub(args.renew_deadline_seconds),
+                    );
+                    config.connect_timeout =
+                        Some(config.connect_timeout.map_or(margin, |t| t.min(margin)));
+                }
                 let client = flex_controller::throttle::client(config)
                     .context("cannot build the Kubernetes API client")?;
                 let secs = std::time::Duration::from_secs;

@@ -66,6 +66,9 @@ fn instance(
     let sent: Sent = Arc::default();
     let noted = sent.clone();
     handle.spawn(async move {
+        // As `throttle::client` builds the binary's: nothing re-sent below the fence.
+        let mut config = config;
+        config.default_retry = false;
         let note =
             tower::util::MapRequestLayer::new(move |r: http::Request<kube::client::Body>| {
                 // The Lease's own requests are its compare-and-swap, not the controllers' writes.

@@ -68,6 +68,24 @@ impl Options {
 }
 
 /// Fails fast, with the permission or object that is missing, before anything starts.
+/// [`preflight`], with a busy or unreachable API server (429, 5xx, no answer) waited out
+/// for about two minutes: the client re-sends nothing by itself (`throttle::client`), and a
+/// start-up that fails on a moment's overload would only be restarted by its Deployment.
+async fn preflight_patiently(client: &Client, opts: &Options) -> crate::Result<()> {
+    use backon::{ExponentialBuilder, Retryable};
+    let patience = ExponentialBuilder::default()
+        .with_min_delay(std::time::Duration::from_secs(1))
+        .with_max_delay(std::time::Duration::from_secs(30))
+        .with_max_times(8);
+    (|| preflight(client, opts))
+        .retry(patience)
+        .when(crate::Error::is_transient)
+        .notify(|error, wait| {
+            tracing::warn!(%error, ?wait, "the API server did not answer a start check; trying again")
+        })
+        .await
+}
+
 async fn preflight(client: &Client, opts: &Options) -> crate::Result<()> {
     let one = ListParams::default().limit(1);
     let check = |what: &str| {

@@ -37,7 +37,7 @@ pub(super) async fn act(
     metrics: Arc<crate::metrics::Metrics>,
     health: Arc<crate::http::Health>,
 ) -> crate::Result<()> {
-    super::preflight(&client, &opts).await?;
+    super::preflight_patiently(&client, &opts).await?;
     let fence = lead(&client, &opts, &health).await;
     let leader = opts.leader.clone();
     let lease_client = client.clone();

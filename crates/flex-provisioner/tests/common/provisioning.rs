@@ -199,7 +199,9 @@ pub fn controller(sb: &Cluster) -> JoinHandle<()> {
 pub fn controller_with(sb: &Cluster, options: Options) -> JoinHandle<()> {
     let config = sb.config();
     tokio::spawn(async move {
-        let client = client_as(config, CONTROLLER_NS, "flex-provisioner").await;
+        // Built as the binary builds it (no retries below the write fence).
+        let config = config_as(config, CONTROLLER_NS, "flex-provisioner").await;
+        let client = flex_controller::throttle::client(config).unwrap();
         run_or_panic(client, options).await
     })
 }
