@@ -144,7 +144,11 @@ mod tests {
         .await
         .expect("the 429 comes back to the caller, not retried for minutes");
         assert!(answer.is_err(), "{answer:?}");
-        assert_eq!(seen.load(Ordering::SeqCst), 1, "requests that reached the server");
+        assert_eq!(
+            seen.load(Ordering::SeqCst),
+            1,
+            "requests that reached the server"
+        );
     }
 
     #[tokio::test]

@@ -81,7 +81,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     // slower than the margin between the renew deadline and the lease's end
                     // fails, rather than landing once another instance may lead.
                     let margin = std::time::Duration::from_secs(
-                        args.lease_seconds.saturating_sub(args.renew_deadline_seconds),
+                        args.lease_seconds
+                            .saturating_sub(args.renew_deadline_seconds),
                     );
                     config.connect_timeout =
                         Some(config.connect_timeout.map_or(margin, |t| t.min(margin)));

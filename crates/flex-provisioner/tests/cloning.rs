@@ -254,3 +254,72 @@ async fn a_source_is_not_deprovisioned_while_a_clone_copies_from_it() {
     )
     .await;
 }
+
+/// Claims naming objects of a listed kind that never come: each is looked at less and less
+/// often, and the kind is discovered once for all of them, so a user's claims cannot spend
+/// the controller's request budget on reads (every look at such a claim reads the API
+/// server, and the budget is shared by every claim).
+#[tokio::test]
+async fn claims_naming_objects_that_never_come_are_read_less_and_less_often() {
+    const CLAIMS: usize = 10;
+    const WATCHED: std::time::Duration = std::time::Duration::from_secs(60);
+    let sb = sandbox().await;
+    let reads = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let noted = reads.clone();
+    let note = tower::util::MapRequestLayer::new(move |r: http::Request<kube::client::Body>| {
+        if r.method() == http::Method::GET && r.uri().path().contains("coordination.k8s.io") {
+            noted.lock().unwrap().push(r.uri().path().to_owned());
+        }
+        r
+    });
+    let mut config = config_as(sb.config(), CONTROLLER_NS, "flex-provisioner").await;
+    config.default_retry = false;
+    let client = kube::client::ClientBuilder::try_from(config)
+        .unwrap()
+        .with_layer(&note)
+        .build();
+    let _c = controller_on(client, options());
+    class(
+        &sb,
+        "restores",
+        "Immediate",
+        "make-pv",
+        json!({"data-sources": "coordination.k8s.io/Lease"}),
+    )
+    .await;
+    for i in 0..CLAIMS {
+        claim_from(
+            &sb,
+            &format!("waits-{i}"),
+            "restores",
+            json!({"apiGroup": "coordination.k8s.io", "kind": "Lease", "name": format!("never-{i}")}),
+        )
+        .await;
+    }
+    let m = wait_event(&sb, "waits-0", "ProvisioningFailed", "cannot provision", 60).await;
+    assert!(m.contains("Lease never-0"), "{m}");
+    tokio::time::sleep(WATCHED).await;
+    let reads = reads.lock().unwrap().clone();
+    let discovery = reads.iter().filter(|p| !p.contains("/namespaces/")).count();
+    let per_claim: Vec<usize> = (0..CLAIMS)
+        .map(|i| {
+            let path = format!("/leases/never-{i}");
+            reads.iter().filter(|p| p.ends_with(&path)).count()
+        })
+        .collect();
+    // Looked at every 5 s, a claim would be read 12 times or more in this minute; with the
+    // recheck growing to half the time waited, at about 0, 5, 10, 15, 22, 34 and 51 s.
+    assert!(
+        per_claim.iter().all(|n| (1..=9).contains(n)),
+        "reads of each claim's source in {WATCHED:?}: {per_claim:?}"
+    );
+    // The group and its version, once (not again for every look at every claim).
+    assert!(
+        discovery <= 2,
+        "discovery requests: {discovery} ({:?})",
+        reads
+            .iter()
+            .filter(|p| !p.contains("/namespaces/"))
+            .collect::<Vec<_>>()
+    );
+}

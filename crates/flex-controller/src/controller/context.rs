@@ -31,6 +31,8 @@ pub struct Context {
     pub apply: Applier,
     /// Consecutive reconcile failures per object, for the backoff.
     pub failures: Failures,
+    /// Which resource serves each kind of data source the classes list.
+    pub discovered: super::sources::Discovered,
 }
 
 impl Context {
@@ -52,6 +54,7 @@ impl Context {
             configs: Configs::default(),
             readiness: Readiness::default(),
             failures: Failures::default(),
+            discovered: Default::default(),
             metrics,
         }
     }

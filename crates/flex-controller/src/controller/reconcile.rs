@@ -445,7 +445,7 @@ async fn apply(
         | Step::ConfirmReport { .. }
         | Step::ConfirmNode { .. }
         | Step::Blocked
-        | Step::AwaitSource
+        | Step::AwaitSource { .. }
         | Step::Throttled
         | Step::AwaitPvRemoval
         | Step::AwaitReport

@@ -140,8 +140,8 @@ pub enum Step {
     Blocked,
     /// The claim's data source cannot be used yet (a source claim not bound, an object the
     /// controller may not read): nothing about this claim will change when it can, so it is
-    /// looked at again soon.
-    AwaitSource,
+    /// looked at again after `wait`, soon at first and less often the longer it has waited.
+    AwaitSource { wait: Duration },
     /// Give up for good on these inputs (their digest is recorded on the claim, with the
     /// attempt number).
     GiveUp { attempt: u32, inputs_hash: String },
@@ -197,11 +197,21 @@ pub const RUNNING_RECHECK: Duration = Duration::from_secs(120);
 /// How often a claim that waits for a change of its own, its class or its ConfigMap (all
 /// watched) is looked at anyway.
 const BLOCKED_RECHECK: Duration = Duration::from_secs(60);
-/// How often a claim waits for what no watch brings back: its data source becoming usable
-/// (a source claim binding, an admin's grant), room under `max-concurrent`, a node joining
-/// the cache.
-const SOURCE_RECHECK: Duration = Duration::from_secs(5);
+/// How often a claim waits for what no watch brings back: room under `max-concurrent`.
 const THROTTLED_RECHECK: Duration = Duration::from_secs(5);
+/// How often a claim is first looked at again while its data source is not usable (a source
+/// claim not bound yet, an admin's object missing or not readable), and at most.
+const SOURCE_RECHECK: Duration = Duration::from_secs(5);
+const SOURCE_RECHECK_MAX: Duration = Duration::from_secs(300);
+
+/// When a claim that has waited `waited` for its data source looks again: soon at first, then
+/// after half the time it has waited so far, up to five minutes. An admin's object is read
+/// from the API server at every look, so a user's thousand claims naming objects that never
+/// come cost a few requests a second after a while, not hundreds, while a source that comes
+/// a moment later is seen within seconds.
+fn source_recheck(waited: Duration) -> Duration {
+    (waited / 2).clamp(SOURCE_RECHECK, SOURCE_RECHECK_MAX)
+}
 /// A read or removal in flight: its answer comes within moments.
 const SOON: Duration = Duration::from_secs(1);
 
@@ -218,7 +228,7 @@ impl Step {
             | Step::CreatePv { .. } => None,
             // Prepare is carried out before any step; left over, nothing could be prepared.
             Step::Blocked | Step::Prepare => Some(BLOCKED_RECHECK),
-            Step::AwaitSource => Some(SOURCE_RECHECK),
+            Step::AwaitSource { wait } => Some(*wait),
             Step::Throttled => Some(THROTTLED_RECHECK),
             // No watch of nodes brings the claim back.
             Step::AwaitNode => Some(BLOCKED_RECHECK),
@@ -736,7 +746,17 @@ impl<'i, 'a> Judging<'i, 'a> {
             return plan(Step::Prepare, vec![]);
         };
         let source = prepared.source.as_ref();
-        if let Some((step, problem)) = source_problem(source, &self.request, self.config) {
+        let waited = self
+            .i
+            .claim
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| self.i.now.duration_since(t.0))
+            .and_then(|d| Duration::try_from(d).ok())
+            .unwrap_or_default();
+        let problem = source_problem(source, &self.request, self.config, waited);
+        if let Some((step, problem)) = problem {
             self.notices.push(
                 Notice::warning(
                     format!("source/{}", short_hash(&problem)),
@@ -1176,6 +1196,7 @@ fn source_problem(
     source: Option<&crate::source::SourceData>,
     request: &ClaimRequest,
     config: &ClassConfig,
+    waited: Duration,
 ) -> Option<(Step, String)> {
     // A data source the class does not list is refused as before data sources existed;
     // one it lists must have resolved (a clone's source bound to a volume of ours...).
@@ -1207,7 +1228,9 @@ fn source_problem(
     }
     let wait = |why: &str| {
         Some((
-            Step::AwaitSource,
+            Step::AwaitSource {
+                wait: source_recheck(waited),
+            },
             format!(
                 "cannot provision this claim from {} {} yet: {why}",
                 ds.kind, ds.name

@@ -1195,7 +1195,7 @@ fn a_data_source_needs_the_class_to_list_its_kind_and_to_resolve() {
         "the source claim default/src is not bound yet".into(),
     ));
     let p = run(&c);
-    assert_eq!(p.step, Step::AwaitSource);
+    assert!(matches!(p.step, Step::AwaitSource { .. }), "{:?}", p.step);
     assert!(
         p.notices[0].message.contains("is not bound yet"),
         "{}",
@@ -1485,4 +1485,33 @@ fn a_cordoned_selected_node_goes_back_to_the_scheduler() {
         ..case(&anywhere)
     };
     assert_eq!(starts(&run(&c)), Some(1));
+}
+
+/// A claim whose source stays unusable is looked at soon at first, then less and less often
+/// (each look at an admin's object is a read of the API server), never less than every five
+/// minutes.
+#[test]
+fn a_source_that_stays_unusable_is_looked_at_less_and_less_often() {
+    let listed = config(json!({"data-sources": "example.com/Widget"}), "Immediate");
+    let wait_after = |now: &'static str| {
+        let mut c = case(&listed);
+        c.claim = claim(json!({
+            "metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"dataSourceRef": {"apiGroup": "example.com", "kind": "Widget", "name": "w"}}
+        }));
+        c.source = Some(crate::source::SourceData::Unusable(
+            "Widget default/w does not exist".into(),
+        ));
+        c.now = now;
+        match run(&c).step {
+            Step::AwaitSource { wait } => wait,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(wait_after("2026-01-01T00:00:01Z"), Duration::from_secs(5));
+    assert_eq!(wait_after("2026-01-01T00:01:00Z"), Duration::from_secs(30));
+    assert_eq!(wait_after("2026-01-01T00:04:00Z"), Duration::from_secs(120));
+    assert_eq!(wait_after("2026-01-02T00:00:00Z"), Duration::from_secs(300));
+    // A clock behind the claim's creation (another node's) is waited on as a new claim.
+    assert_eq!(wait_after("2025-12-31T23:00:00Z"), Duration::from_secs(5));
 }
