@@ -5,24 +5,14 @@
 //! tenant's directory exists.
 
 use k8s_openapi::api::core::v1::{PodTemplateSpec, Volume, VolumeMount};
-use serde::{Deserialize, Serialize};
 
 use crate::config::allowed::ExactVolume;
 use crate::names::{Action, CONTAINER_NAME};
+use crate::recipe::{JobRecipe, VolumeDirectory, env_of};
 
 /// The pod volume a clone's source directory comes from: the source's own base, as its
 /// record describes it (it may be another class's).
 pub const SOURCE_VOLUME: &str = "flex-clone-source";
-
-/// Where one volume lives, recorded with its Jobs' recipes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct VolumeDirectory {
-    /// The pod-template volume holding the class's volumes (`volume-base`).
-    pub base: String,
-    /// The volume's directory inside it (`volume-directory`, rendered for its claim).
-    pub directory: String,
-}
 
 /// A clone's source directory, as the clone's pod mounts it: read-only, at the path the
 /// source's own Jobs see it.
@@ -89,7 +79,7 @@ pub fn allowed_for(
 ) -> crate::config::AllowedVolumes {
     let p = &config.provisioner;
     let exact = p.volume_layout.as_ref().and_then(|layout| {
-        let directory = crate::job::env_of(job?, "VOLUME_DIRECTORY")?;
+        let directory = env_of(job?, "VOLUME_DIRECTORY")?;
         let dir = VolumeDirectory {
             base: layout.base.clone(),
             directory,
@@ -101,7 +91,7 @@ pub fn allowed_for(
 
 /// A clone's source mount, from the recipe recorded with the source volume (`None`: the
 /// source's class had no `volume-base`, and the clone's pod gets no source mount).
-pub fn source_mount(recipe: &crate::job::JobRecipe) -> Option<SourceMount> {
+pub fn source_mount(recipe: &JobRecipe) -> Option<SourceMount> {
     let dir = recipe.volume.as_ref()?;
     let template = recipe.pod_template.as_ref()?;
     let mut volume = pod_volume(template, &dir.base)?.clone();

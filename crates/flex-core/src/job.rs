@@ -1,6 +1,6 @@
 //! Jobs for an action (docs/image-contract.md): one builder for provisioning and deprovisioning.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{
     Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement,
@@ -12,57 +12,20 @@ use k8s_openapi::api::core::v1::{
     SeccompProfile, SecurityContext,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde::{Deserialize, Serialize};
 
 use crate::claim::{ClaimRequest, NodeInfo};
 use crate::config::{ClassConfig, PvCreator, pod_template};
-use crate::isolation::{SourceMount, VolumeDirectory};
+use crate::isolation::SourceMount;
 use crate::names::{
     ANN_CLAIM, ANN_CONFIG, ANN_STORAGE_CLASS, Action, CONTAINER_NAME, LABEL_ACTION, LABEL_ATTEMPT,
     LABEL_CLAIM_UID, LABEL_MANAGED_BY, LABEL_VOLUME, MANAGED_BY_VALUE, TERMINATION_MESSAGE_PATH,
     job_name, parameter_env_name, pv_name,
 };
+use crate::recipe::JobRecipe;
 use crate::rendered::Rendered;
 
 /// Default time a finished Job is kept so its logs can be read (flag `--job-ttl`).
 pub const DEFAULT_JOB_TTL_SECONDS: i32 = 3600;
-
-/// How to run one kind of Job. The deprovision recipe is recorded on the PV when the volume
-/// is provisioned, so deprovisioning works after the ConfigMap changed or was deleted.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct JobRecipe {
-    /// Namespace the Jobs run in: the ConfigMap's, admin-owned, never the user's.
-    pub namespace: String,
-    /// `namespace/name` of the ConfigMap the recipe came from.
-    pub config: String,
-    pub image: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub command: Option<Vec<String>>,
-    /// Already rendered: the claim may be gone when a deprovision recipe is used.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub args: Option<Vec<String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub service_account: Option<String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub node_selector: BTreeMap<String, String>,
-    /// The node the pod must run on (`node-local`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pod_template: Option<PodTemplateSpec>,
-    pub timeout_seconds: u64,
-    pub retries: u32,
-    pub permanent_exit_codes: BTreeSet<i32>,
-    /// The pod gets no service account token (`pv-creator: controller`): its image has no
-    /// business with the API, so a compromised one cannot reach it.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub no_api_token: bool,
-    /// The volume's directory in the class's `volume-base`: the pod mounts only what the
-    /// action needs of it (isolation.rs).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub volume: Option<VolumeDirectory>,
-}
 
 impl JobRecipe {
     fn from_config(config: &ClassConfig, rendered: &Rendered, node: Option<&NodeInfo>) -> Self {
@@ -761,22 +724,6 @@ pub fn report_of(job: &Job, pods: &[&k8s_openapi::api::core::v1::Pod]) -> Option
     })
 }
 
-/// The value of an environment variable the controller set on a Job's container.
-pub fn env_of(job: &Job, name: &str) -> Option<String> {
-    job.spec
-        .as_ref()?
-        .template
-        .spec
-        .as_ref()?
-        .containers
-        .first()?
-        .env
-        .as_ref()?
-        .iter()
-        .find(|e| e.name == name)
-        .and_then(|e| e.value.clone())
-}
-
 /// The attempt number a Job carries (1 when unlabelled).
 pub fn attempt_of(job: &Job) -> u32 {
     job.metadata
@@ -823,7 +770,7 @@ mod tests {
             pod_template: pod_template.map(|t| pod_template::parse(t).unwrap()),
             timeout_seconds: 60,
             retries: 1,
-            permanent_exit_codes: BTreeSet::new(),
+            permanent_exit_codes: std::collections::BTreeSet::new(),
             no_api_token: true,
             volume: None,
         };

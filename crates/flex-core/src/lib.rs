@@ -16,6 +16,7 @@ pub mod isolation;
 pub mod job;
 pub mod names;
 pub mod plan;
+pub mod recipe;
 pub mod record;
 pub mod rendered;
 pub mod source;

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use crate::job::JobRecipe;
 use crate::names::{ANN_DEPROVISION_SPEC, LABEL_MANAGED_BY, LABEL_RECORD, MANAGED_BY_VALUE};
+use crate::recipe::{JobRecipe, env_of};
 
 const KEY_PV_NAME: &str = "pv-name";
 const KEY_PV_UID: &str = "pv-uid";
@@ -124,7 +124,7 @@ pub fn record_from_job(
     pv: &PersistentVolume,
     job: &k8s_openapi::api::batch::v1::Job,
 ) -> Option<ConfigMap> {
-    let var = |name: &str| crate::job::env_of(job, name);
+    let var = |name: &str| env_of(job, name);
     let template: PersistentVolume = serde_json::from_str(&var("PV_TEMPLATE")?).ok()?;
     let recipe: JobRecipe = serde_json::from_str(
         job.metadata
@@ -169,7 +169,7 @@ pub fn record_from_attempt(
     let expand: Option<JobRecipe> = annotations
         .get(crate::names::ANN_EXPAND_SPEC)
         .and_then(|e| serde_json::from_str(e).ok());
-    let parameters = crate::job::env_of(job, "PARAMETERS")?;
+    let parameters = env_of(job, "PARAMETERS")?;
     build_record(pv, &recipe, expand.as_ref(), &parameters).map(|r| with_job_owner(r, job))
 }
 

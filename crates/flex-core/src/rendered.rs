@@ -37,9 +37,9 @@ pub struct Rendered {
 
 impl Rendered {
     /// Where the claim's volume lives, for a class with `volume-base`.
-    pub fn volume(&self, config: &ClassConfig) -> Option<crate::isolation::VolumeDirectory> {
+    pub fn volume(&self, config: &ClassConfig) -> Option<crate::recipe::VolumeDirectory> {
         let layout = config.provisioner.volume_layout.as_ref()?;
-        Some(crate::isolation::VolumeDirectory {
+        Some(crate::recipe::VolumeDirectory {
             base: layout.base.clone(),
             directory: self.volume_directory.clone()?,
         })

@@ -101,7 +101,7 @@ pub fn provisioned_by(pv: &PersistentVolume, provisioner_name: &str) -> bool {
 }
 
 /// The PV the controller creates: the template with the volume source an image reported
-/// (already checked by `sources::check_report`) as the only addition to its spec.
+/// (already checked by `allowed::check_report`) as the only addition to its spec.
 pub fn pv_with_source(
     template: &PersistentVolume,
     source: &serde_json::Map<String, serde_json::Value>,

@@ -7,10 +7,7 @@ use super::ids;
 use super::resources::Resource;
 use super::status::{ApiError, ApiResult, Cause};
 use super::validation;
-use crate::wellknown::{is_dns_label, is_dns_subdomain};
-
-pub(crate) const SUBDOMAIN_HELP: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
-pub(crate) const LABEL_HELP: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
+use crate::wellknown::{LABEL_HELP, SUBDOMAIN_HELP, is_dns_label, is_dns_subdomain};
 
 fn invalid(r: &Resource, name: &str, causes: Vec<Cause>) -> ApiError {
     ApiError::invalid(r.kind, r.group, name, causes)

@@ -423,6 +423,16 @@ pub fn trim_pod(p: &mut Pod) {
     }
 }
 
+/// The claim a Job or pod of ours is for, as its claim annotation names it.
+pub(super) fn claim_ref_of(
+    annotations: Option<&BTreeMap<String, String>>,
+) -> Option<ObjectRef<Compact<PersistentVolumeClaim>>> {
+    let (ns, name) = annotations?
+        .get(flex_core::names::ANN_CLAIM)?
+        .split_once('/')?;
+    Some(ObjectRef::new(name).within(ns))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

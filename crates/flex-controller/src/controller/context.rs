@@ -32,7 +32,7 @@ pub struct Context {
     /// Consecutive reconcile failures per object, for the backoff.
     pub failures: Failures,
     /// Which resource serves each kind of data source the classes list.
-    pub discovered: super::sources::Discovered,
+    pub discovered: super::discovered::Discovered,
 }
 
 impl Context {

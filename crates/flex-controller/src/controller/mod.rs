@@ -8,6 +8,7 @@ mod caches;
 mod compact;
 mod configs;
 mod context;
+mod discovered;
 mod expansion;
 mod expected;
 mod fan_out;

@@ -94,7 +94,7 @@ async fn look_into(
     // claim being deleted is not waited out: a user's finalizer may hold it past the Job's
     // TTL, and with the Job (and its pod's report) gone nothing would name the storage.
     // Its volume is made now, bound to it, and released when it goes.
-    let claim = super::wiring::claim_ref_of(job.meta().annotations.as_ref())
+    let claim = super::caches::claim_ref_of(job.meta().annotations.as_ref())
         .and_then(|r| ctx.caches.claim(r.namespace.as_deref()?, &r.name))
         .filter(|c| c.uid().as_deref() == Some(claim_uid.as_str()));
     if claim.is_some_and(|c| c.metadata.deletion_timestamp.is_none()) {
@@ -179,7 +179,7 @@ async fn confirm(
     claim_uid: &str,
     volume: &str,
 ) -> Result<Confirmed, kube::Error> {
-    let claim = match super::wiring::claim_ref_of(job.meta().annotations.as_ref()) {
+    let claim = match super::caches::claim_ref_of(job.meta().annotations.as_ref()) {
         Some(r) => {
             Api::<PersistentVolumeClaim>::namespaced(
                 ctx.client.clone(),

@@ -2,11 +2,7 @@
 //! from the caches (bound to a volume of ours, its parameters from the volume's record),
 //! or an admin's object of a listed kind, read from the API server.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
-
-use kube::api::{Api, ApiResource, DynamicObject};
+use kube::api::{Api, DynamicObject};
 
 use super::context::Context;
 use flex_core::claim::{ClaimRequest, DataSource};
@@ -84,45 +80,4 @@ async fn clone_source(
         .await?
         .map(|cm| read_record(&cm, pv));
     Ok(flex_core::source::from_record(pv, record))
-}
-
-/// How long an answer of discovery is used: an admin who installs or upgrades the kind's
-/// CRD is seen within this, while a burst of claims naming a listed kind costs one
-/// discovery, not one each (and the kinds are the classes', so the map stays small).
-const DISCOVERY_KEPT: Duration = Duration::from_secs(300);
-
-/// Which resource serves each `group/Kind` (`None`: the group is served without it), as
-/// discovery last said.
-#[derive(Default)]
-pub struct Discovered(Mutex<HashMap<String, (Instant, Option<ApiResource>)>>);
-
-impl Discovered {
-    async fn resource(
-        &self,
-        client: &kube::Client,
-        group: &str,
-        kind: &str,
-    ) -> Result<Option<ApiResource>, kube::Error> {
-        let key = format!("{group}/{kind}");
-        let known = self
-            .0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-            .cloned();
-        if let Some((at, resource)) = known
-            && at.elapsed() < DISCOVERY_KEPT
-        {
-            return Ok(resource);
-        }
-        let resource = kube::discovery::group(client, group)
-            .await?
-            .recommended_kind(kind)
-            .map(|(r, _)| r);
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key, (Instant::now(), resource.clone()));
-        Ok(resource)
-    }
 }

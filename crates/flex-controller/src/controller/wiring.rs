@@ -23,7 +23,7 @@ use super::compact::Compact;
 use super::context::Context;
 use super::watches::watch_everything;
 use super::{Options, caches, fan_out, index, orphans, reconcile, volumes};
-use flex_core::names::{ANN_CLAIM, LABEL_CONFIG_CLASS};
+use flex_core::names::LABEL_CONFIG_CLASS;
 
 /// Reconciles in flight per controller. Unbounded, a restart in a cluster of 50,000 claims
 /// started 50,000 reconciles at once, each holding its state in memory; the rest wait in
@@ -199,17 +199,17 @@ fn claim_controller(
     Controller::for_stream(t.claims, claims.store.clone())
         .with_config(config)
         .watches_stream(t.jobs, |job: Job| {
-            claim_ref_of(job.meta().annotations.as_ref())
+            caches::claim_ref_of(job.meta().annotations.as_ref())
         })
         .watches_stream(t.pods, |pod: k8s_openapi::api::core::v1::Pod| {
-            claim_ref_of(pod.meta().annotations.as_ref())
+            caches::claim_ref_of(pod.meta().annotations.as_ref())
         })
         // A FailedCreate event names its Job; the Job names its claim.
         .watches_stream(t.failed_creates, move |ev: CoreEvent| {
             let o = &ev.involved_object;
             let at = ObjectRef::<Job>::new(o.name.as_deref()?).within(o.namespace.as_deref()?);
             let job = jobs.iter().find_map(|j| j.store.get(&at))?;
-            claim_ref_of(job.meta().annotations.as_ref())
+            caches::claim_ref_of(job.meta().annotations.as_ref())
         })
         .watches_stream(t.volumes, |pv: Compact<PersistentVolume>| {
             let r = pv.full()?.spec?.claim_ref?;
@@ -237,13 +237,6 @@ fn claim_controller(
         // On the heap: with its many trigger streams this future is large, and tests run
         // the controller on a thread with a small stack.
         .boxed()
-}
-
-pub(super) fn claim_ref_of(
-    annotations: Option<&std::collections::BTreeMap<String, String>>,
-) -> Option<ObjectRef<Compact<PersistentVolumeClaim>>> {
-    let (ns, name) = annotations?.get(ANN_CLAIM)?.split_once('/')?;
-    Some(ObjectRef::new(name).within(ns))
 }
 
 fn claims_of_class(

@@ -3,6 +3,7 @@
 //! an image's report is the one place where its bug becomes another tenant's data.
 
 mod report;
+pub use report::check_report;
 #[cfg(test)]
 mod tests;
 

@@ -1,5 +1,5 @@
 //! Why a provisioner's report (the volume source its pod wrote on exit) is refused: one
-//! variant per rule of `sources::check_report` and `allowed/report.rs`, each printing the
+//! variant per rule of `allowed/report.rs` (`check_report`), each printing the
 //! message the user and the admin see in the event, with the key an admin would change.
 
 /// A refused report. `Display` is the text told on the claim (after "the provisioner Job

@@ -1,10 +1,7 @@
 //! Who makes the PV (`pv-creator`) and which volume source types a class may hand out
 //! (`volume-sources`).
 
-use super::ReportError;
 use std::collections::BTreeSet;
-
-use super::allowed::AllowedVolumes;
 
 /// Who creates the PersistentVolume of a claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -170,57 +167,6 @@ pub const NOT_FROM_A_REPORT: &[&str] = &[
     "volumeMode",
 ];
 
-/// Checks a volume source reported by an image (the termination message of its pod): a JSON
-/// object with exactly one key, a source type the class allows (`allowed`), whose value is
-/// an object inside what the class declares (`declared`, see `config::allowed`). Returns the
-/// source as it goes into the PV's spec.
-pub fn check_report(
-    report: &str,
-    allowed: &BTreeSet<String>,
-    declared: &AllowedVolumes,
-) -> Result<serde_json::Map<String, serde_json::Value>, ReportError> {
-    if report.trim().is_empty() {
-        return Err(ReportError::Empty);
-    }
-    let value: serde_json::Value =
-        serde_json::from_str(report.trim()).map_err(|e| ReportError::NotJson(e.to_string()))?;
-    let serde_json::Value::Object(map) = value else {
-        return Err(ReportError::NotAnObject);
-    };
-    // Before the count: `{"nfs": ..., "nodeAffinity": ...}` is an attempt to set what the
-    // controller owns, and says so, rather than merely "two keys".
-    let owned: Vec<&str> = map
-        .keys()
-        .map(String::as_str)
-        .filter(|k| NOT_FROM_A_REPORT.contains(k))
-        .collect();
-    if !owned.is_empty() {
-        return Err(ReportError::SetsWhatTheControllerOwns(owned.join(", ")));
-    }
-    if map.len() != 1 {
-        let keys: Vec<&str> = map.keys().map(String::as_str).collect();
-        return Err(ReportError::NotOneSource {
-            count: map.len(),
-            keys: keys.join(", "),
-        });
-    }
-    let (kind, body) = map.iter().next().expect("one entry");
-    if !PV_SOURCE_TYPES.contains(&kind.as_str()) {
-        return Err(ReportError::NotASourceType(kind.clone()));
-    }
-    if !allowed.contains(kind) {
-        return Err(ReportError::TypeNotAllowed {
-            kind: kind.clone(),
-            allowed: allowed.iter().cloned().collect::<Vec<_>>().join(","),
-        });
-    }
-    let Some(body) = body.as_object() else {
-        return Err(ReportError::BodyNotAnObject(kind.clone()));
-    };
-    declared.check_source(kind, body)?;
-    Ok(map)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,92 +213,5 @@ mod tests {
         let d = default_sources();
         assert!(d.contains("nfs") && d.contains("csi"));
         assert!(!d.contains("hostPath") && !d.contains("local") && !d.contains("flexVolume"));
-    }
-
-    #[test]
-    fn reports() {
-        let nfs = BTreeSet::from(["nfs".to_owned()]);
-        let mut declared = AllowedVolumes::none("cfg");
-        declared.read("allowed-nfs-servers", "a").unwrap();
-        declared.read("allowed-nfs-paths", "/x").unwrap();
-        let check = |r: &str| check_report(r, &nfs, &declared).map_err(|e| e.to_string());
-        assert!(check(r#"{"nfs":{"server":"a","path":"/x/v"}}"#).is_ok());
-        assert!(
-            check(r#"{"nfs":{"server":"a"},"hostPath":{"path":"/"}}"#)
-                .unwrap_err()
-                .contains("exactly one")
-        );
-        assert!(
-            check(r#"{"hostPath":{"path":"/"}}"#)
-                .unwrap_err()
-                .contains("does not allow")
-        );
-        assert!(check("{nfs").unwrap_err().contains("not JSON"));
-        assert!(check(" ").unwrap_err().contains("no volume source"));
-        assert!(check("[1]").unwrap_err().contains("object"));
-        assert!(
-            check(r#"{"flocker":{}}"#)
-                .unwrap_err()
-                .contains("does not allow")
-        );
-        assert!(
-            check(r#"{"disk":{}}"#)
-                .unwrap_err()
-                .contains("not a PersistentVolume source")
-        );
-        assert!(check(r#"{"nfs":"x"}"#).is_err());
-        // Inside the type, the declarations decide (config::allowed has every rule).
-        assert!(
-            check(r#"{"nfs":{"server":"b","path":"/x/v"}}"#)
-                .unwrap_err()
-                .contains("which is not in allowed-nfs-servers (a)")
-        );
-    }
-
-    /// The PV's node affinity, capacity, modes, reclaim policy, mount options, volume mode,
-    /// claim and class are the controller's: a report naming any of them is refused for
-    /// that, alone or beside a source (before, two keys were refused as "two keys" and a
-    /// lone `nodeAffinity` as "not a source type": right, but not saying why).
-    #[test]
-    fn a_report_carries_only_the_volume_source() {
-        let nfs = BTreeSet::from(["nfs".to_owned()]);
-        let mut declared = AllowedVolumes::none("cfg");
-        declared.read("allowed-nfs-servers", "a").unwrap();
-        declared.read("allowed-nfs-paths", "/x").unwrap();
-        let source = r#""nfs":{"server":"a","path":"/x/v"}"#;
-        for field in NOT_FROM_A_REPORT {
-            for report in [
-                format!(r#"{{{source},"{field}":{{}}}}"#),
-                format!(r#"{{"{field}":{{}}}}"#),
-            ] {
-                let e = check_report(&report, &nfs, &declared)
-                    .unwrap_err()
-                    .to_string();
-                assert!(
-                    e.starts_with(&format!(
-                        "its report carries {field}, which a report may not set"
-                    )),
-                    "{report}: {e}"
-                );
-            }
-        }
-        let e = check_report(
-            r#"{"nfs":{"server":"a","path":"/x/v"},"nodeAffinity":{"required":{}},"capacity":{"storage":"1Pi"}}"#,
-            &nfs,
-            &declared,
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(e.contains("carries capacity, nodeAffinity,"), "{e}");
-        assert!(e.contains("never from the image"), "{e}");
-        // A whole PV is refused the same way.
-        let e = check_report(
-            r#"{"apiVersion":"v1","kind":"PersistentVolume","spec":{"nfs":{}}}"#,
-            &nfs,
-            &declared,
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(e.contains("carries apiVersion, kind, spec"), "{e}");
     }
 }

@@ -82,7 +82,7 @@ fn each_action_mounts_only_its_part_of_the_base() {
 /// A clone also mounts its source's directory, read-only, from the source's own base.
 #[test]
 fn a_clone_mounts_its_source_read_only_from_the_source_record() {
-    let recipe = crate::job::JobRecipe {
+    let recipe = crate::recipe::JobRecipe {
         namespace: "cfg".into(),
         config: "cfg/x".into(),
         image: "i".into(),
@@ -129,7 +129,7 @@ fn a_clone_mounts_its_source_read_only_from_the_source_record() {
     assert!(!mounts(&t).iter().any(|(_, _, ro)| *ro));
     // A source of a class without volume-base has nothing to mount.
     assert_eq!(
-        source_mount(&crate::job::JobRecipe {
+        source_mount(&crate::recipe::JobRecipe {
             volume: None,
             ..recipe
         }),

@@ -13,15 +13,16 @@ use super::{Notice, NoticeKind, reasons};
 use crate::claim::{ClaimRequest, NodeInfo};
 use crate::config::ClassConfig;
 use crate::config::PvCreator;
-use crate::config::sources::check_report;
+use crate::config::allowed::check_report;
 use crate::inputs::ANN_INPUTS;
 use crate::job::{
-    JobOutcome, JobRecipe, ProvisionContext, attempt_of, outcome, pod_failure, pods_of,
-    provision_job, report_of,
+    JobOutcome, ProvisionContext, attempt_of, outcome, pod_failure, pods_of, provision_job,
+    report_of,
 };
 use crate::names::{
     ANN_SELECTED_NODE, ANN_STORAGE_PROVISIONER, ANN_STORAGE_PROVISIONER_BETA, fnv1a32, pv_name,
 };
+use crate::recipe::JobRecipe;
 use crate::rendered::{RenderFailure, Rendered};
 use crate::volume::{Expected, PvCheck, pv_template, pv_with_source, verify};
 

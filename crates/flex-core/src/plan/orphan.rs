@@ -8,10 +8,12 @@
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
 
-use crate::config::sources::{check_report, volume_sources};
+use crate::config::allowed::check_report;
+use crate::config::sources::volume_sources;
 use crate::config::{AllowedVolumes, PvCreator};
-use crate::job::{JobOutcome, env_of, outcome, report_of};
+use crate::job::{JobOutcome, outcome, report_of};
 use crate::names::{ANN_ALLOWED_VOLUMES, ANN_PV_CREATED, ANN_VOLUME_SOURCES};
+use crate::recipe::env_of;
 use crate::volume::pv_with_source;
 
 /// What the API server says about the Job's claim and volume, read just before deciding.

@@ -10,8 +10,9 @@ use super::files::read_one;
 use flex_core::Error;
 use flex_core::claim::{ClaimRequest, NodeInfo};
 use flex_core::config::{ClassConfig, ConfigErrors, StorageClassInfo, Verdict, parse_config_map};
-use flex_core::job::{JobRecipe, ProvisionContext, expand_job, provision_job};
+use flex_core::job::{ProvisionContext, expand_job, provision_job};
 use flex_core::names::{ANN_SELECTED_NODE, fnv1a32};
+use flex_core::recipe::JobRecipe;
 use flex_core::rendered::render_for_claim;
 use flex_core::volume::pv_template;
 

@@ -1,6 +1,7 @@
 //! Field errors worded like apimachinery's, the 422 answer, name rules and small JSON readers.
 
 use super::*;
+use crate::wellknown::{LABEL_HELP, SUBDOMAIN_HELP};
 
 // ---------------------------------------------------------------------------------------
 // Field errors, worded like apimachinery's field.Error.ErrorBody.

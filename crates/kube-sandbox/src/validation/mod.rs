@@ -27,7 +27,6 @@ use std::collections::HashSet;
 
 use serde_json::{Map, Value, json};
 
-use crate::admission::{LABEL_HELP, SUBDOMAIN_HELP};
 use crate::resources::Resource;
 use crate::status::{ApiError, ApiResult, Cause};
 

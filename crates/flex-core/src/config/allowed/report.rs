@@ -5,10 +5,12 @@
 use serde_json::{Map, Value};
 
 use super::super::ReportError;
+use super::super::sources::{NOT_FROM_A_REPORT, PV_SOURCE_TYPES};
 use super::{
     ALLOWED_CSI_DRIVERS, ALLOWED_MONITORS, ALLOWED_NFS_PATHS, ALLOWED_NFS_SERVERS, ALLOWED_PATHS,
     ALLOWED_PORTALS, AllowedVolumes, ExactVolume, NEEDED, is_below, segments, what_key_lists,
 };
+use std::collections::BTreeSet;
 
 /// Fields that name a credential file on the node: a report choosing one would mount with
 /// whatever key the node keeps there (an admin keyring included).
@@ -248,4 +250,55 @@ impl AllowedVolumes {
         }
         Ok(())
     }
+}
+
+/// Checks a volume source reported by an image (the termination message of its pod): a JSON
+/// object with exactly one key, a source type the class allows (`allowed`), whose value is
+/// an object inside what the class declares (`declared`, see `config::allowed`). Returns the
+/// source as it goes into the PV's spec.
+pub fn check_report(
+    report: &str,
+    allowed: &BTreeSet<String>,
+    declared: &AllowedVolumes,
+) -> Result<Map<String, Value>, ReportError> {
+    if report.trim().is_empty() {
+        return Err(ReportError::Empty);
+    }
+    let value: serde_json::Value =
+        serde_json::from_str(report.trim()).map_err(|e| ReportError::NotJson(e.to_string()))?;
+    let serde_json::Value::Object(map) = value else {
+        return Err(ReportError::NotAnObject);
+    };
+    // Before the count: `{"nfs": ..., "nodeAffinity": ...}` is an attempt to set what the
+    // controller owns, and says so, rather than merely "two keys".
+    let owned: Vec<&str> = map
+        .keys()
+        .map(String::as_str)
+        .filter(|k| NOT_FROM_A_REPORT.contains(k))
+        .collect();
+    if !owned.is_empty() {
+        return Err(ReportError::SetsWhatTheControllerOwns(owned.join(", ")));
+    }
+    if map.len() != 1 {
+        let keys: Vec<&str> = map.keys().map(String::as_str).collect();
+        return Err(ReportError::NotOneSource {
+            count: map.len(),
+            keys: keys.join(", "),
+        });
+    }
+    let (kind, body) = map.iter().next().expect("one entry");
+    if !PV_SOURCE_TYPES.contains(&kind.as_str()) {
+        return Err(ReportError::NotASourceType(kind.clone()));
+    }
+    if !allowed.contains(kind) {
+        return Err(ReportError::TypeNotAllowed {
+            kind: kind.clone(),
+            allowed: allowed.iter().cloned().collect::<Vec<_>>().join(","),
+        });
+    }
+    let Some(body) = body.as_object() else {
+        return Err(ReportError::BodyNotAnObject(kind.clone()));
+    };
+    declared.check_source(kind, body)?;
+    Ok(map)
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use serde_json::json;
 
 use super::*;
-use crate::config::sources::check_report;
+use crate::config::sources::NOT_FROM_A_REPORT;
 use crate::config::{Problem, Severity, Verdict, parse_config_map};
 
 const BASE: &str = "/var/lib/flex-provisioner/volumes";
@@ -646,4 +646,91 @@ fn an_exact_volume_accepts_only_the_claims_own_directory() {
     let secret = json!({"nfs": {"server": "10.0.0.5", "path": "/exports/k8s/a",
                                 "secretRef": {"name": "s", "namespace": "kube-system"}}});
     assert!(check_report(&secret.to_string(), &types, &nfs).is_err());
+}
+
+#[test]
+fn reports() {
+    let nfs = BTreeSet::from(["nfs".to_owned()]);
+    let mut declared = AllowedVolumes::none("cfg");
+    declared.read("allowed-nfs-servers", "a").unwrap();
+    declared.read("allowed-nfs-paths", "/x").unwrap();
+    let check = |r: &str| check_report(r, &nfs, &declared).map_err(|e| e.to_string());
+    assert!(check(r#"{"nfs":{"server":"a","path":"/x/v"}}"#).is_ok());
+    assert!(
+        check(r#"{"nfs":{"server":"a"},"hostPath":{"path":"/"}}"#)
+            .unwrap_err()
+            .contains("exactly one")
+    );
+    assert!(
+        check(r#"{"hostPath":{"path":"/"}}"#)
+            .unwrap_err()
+            .contains("does not allow")
+    );
+    assert!(check("{nfs").unwrap_err().contains("not JSON"));
+    assert!(check(" ").unwrap_err().contains("no volume source"));
+    assert!(check("[1]").unwrap_err().contains("object"));
+    assert!(
+        check(r#"{"flocker":{}}"#)
+            .unwrap_err()
+            .contains("does not allow")
+    );
+    assert!(
+        check(r#"{"disk":{}}"#)
+            .unwrap_err()
+            .contains("not a PersistentVolume source")
+    );
+    assert!(check(r#"{"nfs":"x"}"#).is_err());
+    // Inside the type, the declarations decide (config::allowed has every rule).
+    assert!(
+        check(r#"{"nfs":{"server":"b","path":"/x/v"}}"#)
+            .unwrap_err()
+            .contains("which is not in allowed-nfs-servers (a)")
+    );
+}
+
+/// The PV's node affinity, capacity, modes, reclaim policy, mount options, volume mode,
+/// claim and class are the controller's: a report naming any of them is refused for
+/// that, alone or beside a source (before, two keys were refused as "two keys" and a
+/// lone `nodeAffinity` as "not a source type": right, but not saying why).
+#[test]
+fn a_report_carries_only_the_volume_source() {
+    let nfs = BTreeSet::from(["nfs".to_owned()]);
+    let mut declared = AllowedVolumes::none("cfg");
+    declared.read("allowed-nfs-servers", "a").unwrap();
+    declared.read("allowed-nfs-paths", "/x").unwrap();
+    let source = r#""nfs":{"server":"a","path":"/x/v"}"#;
+    for field in NOT_FROM_A_REPORT {
+        for report in [
+            format!(r#"{{{source},"{field}":{{}}}}"#),
+            format!(r#"{{"{field}":{{}}}}"#),
+        ] {
+            let e = check_report(&report, &nfs, &declared)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with(&format!(
+                    "its report carries {field}, which a report may not set"
+                )),
+                "{report}: {e}"
+            );
+        }
+    }
+    let e = check_report(
+            r#"{"nfs":{"server":"a","path":"/x/v"},"nodeAffinity":{"required":{}},"capacity":{"storage":"1Pi"}}"#,
+            &nfs,
+            &declared,
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("carries capacity, nodeAffinity,"), "{e}");
+    assert!(e.contains("never from the image"), "{e}");
+    // A whole PV is refused the same way.
+    let e = check_report(
+        r#"{"apiVersion":"v1","kind":"PersistentVolume","spec":{"nfs":{}}}"#,
+        &nfs,
+        &declared,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("carries apiVersion, kind, spec"), "{e}");
 }

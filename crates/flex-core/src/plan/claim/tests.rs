@@ -240,7 +240,7 @@ fn a_fresh_claim_starts_attempt_one() {
         unreachable!()
     };
     assert_eq!(job.metadata.name.as_deref(), Some("provision-u-1"));
-    let env = |name| crate::job::env_of(&job, name).unwrap();
+    let env = |name| crate::recipe::env_of(&job, name).unwrap();
     assert_eq!(env("PARAMETERS"), r#"{"dir":"/v/data"}"#);
     let template: Value = serde_json::from_str(&env("PV_TEMPLATE")).unwrap();
     assert_eq!(template["metadata"]["name"], "pvc-u-1");

@@ -1,6 +1,6 @@
 //! The expansion planner, case by case.
 use super::*;
-use crate::job::JobRecipe;
+use crate::recipe::JobRecipe;
 use serde_json::json;
 use std::collections::BTreeMap;
 

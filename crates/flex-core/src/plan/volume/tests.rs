@@ -12,7 +12,7 @@ use super::*;
 const P: &str = "flex-provisioner.io/job";
 const DELETED: &str = "2026-01-01T00:00:00Z";
 
-fn recipe() -> crate::job::JobRecipe {
+fn recipe() -> crate::recipe::JobRecipe {
     serde_json::from_value(
         json!({"namespace": "cfg", "config": "cfg/c", "image": "img:1",
            "timeoutSeconds": 60, "retries": 0, "permanentExitCodes": []}),
