@@ -111,20 +111,20 @@ async fn a_clone_waits_for_its_source_and_gets_it() {
     assert!(env(&job, "DATA_SOURCE_JSON").is_none());
 }
 
+/// Class `restores`, whose claims may name Leases (standing in for an admin's backup
+/// objects) as their data source.
+async fn restores_from_leases(sb: &common::cluster::Cluster) {
+    let listed = json!({"data-sources": "coordination.k8s.io/Lease"});
+    class(sb, "restores", "Immediate", "make-pv", listed).await;
+}
+
 /// An admin's own kind (here a Lease stands in for a backup object): the Job gets the
 /// object, once the admin lets the controller read that kind.
 #[tokio::test]
 async fn an_admins_kind_listed_by_the_class_reaches_the_job_as_json() {
     let sb = sandbox().await;
     let _c = controller(&sb);
-    class(
-        &sb,
-        "restores",
-        "Immediate",
-        "make-pv",
-        json!({"data-sources": "coordination.k8s.io/Lease"}),
-    )
-    .await;
+    restores_from_leases(&sb).await;
     let admin = sb.client().unwrap();
     let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
         "metadata": {"name": "backup-7", "namespace": "default"}, "spec": {"holderIdentity": "nightly"}});
@@ -279,14 +279,7 @@ async fn claims_naming_objects_that_never_come_are_read_less_and_less_often() {
         .with_layer(&note)
         .build();
     let _c = controller_on(client, options());
-    class(
-        &sb,
-        "restores",
-        "Immediate",
-        "make-pv",
-        json!({"data-sources": "coordination.k8s.io/Lease"}),
-    )
-    .await;
+    restores_from_leases(&sb).await;
     for i in 0..CLAIMS {
         claim_from(
             &sb,

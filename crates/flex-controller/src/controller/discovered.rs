@@ -1,8 +1,9 @@
 //! Which resource serves each kind of data source the classes list, as discovery last said.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use tokio::sync::Mutex;
 
 use kube::api::ApiResource;
 
@@ -10,8 +11,12 @@ use kube::api::ApiResource;
 /// CRD is seen within this, while a burst of claims naming a listed kind costs one
 /// discovery, not one each (and the kinds are the classes', so the map stays small).
 const DISCOVERY_KEPT: Duration = Duration::from_secs(300);
+/// The longest one discovery may take: the claims waiting behind it wait no longer.
+const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// `group/Kind` to its resource (`None`: the group is served without that kind).
+/// `group/Kind` to its resource (`None`: the group is served without that kind). Held across
+/// the discovery itself: the claims of a burst that all miss at once wait for one answer
+/// rather than each asking (discovery is rare, and only claims with data sources use it).
 #[derive(Default)]
 pub struct Discovered(Mutex<HashMap<String, (Instant, Option<ApiResource>)>>);
 
@@ -21,27 +26,21 @@ impl Discovered {
         client: &kube::Client,
         group: &str,
         kind: &str,
-    ) -> Result<Option<ApiResource>, kube::Error> {
+    ) -> Result<Option<ApiResource>, String> {
         let key = format!("{group}/{kind}");
-        let known = self
-            .0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-            .cloned();
-        if let Some((at, resource)) = known
+        let mut known = self.0.lock().await;
+        if let Some((at, resource)) = known.get(&key)
             && at.elapsed() < DISCOVERY_KEPT
         {
-            return Ok(resource);
+            return Ok(resource.clone());
         }
-        let resource = kube::discovery::group(client, group)
-            .await?
-            .recommended_kind(kind)
-            .map(|(r, _)| r);
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key, (Instant::now(), resource.clone()));
+        let discovered =
+            tokio::time::timeout(DISCOVERY_TIMEOUT, kube::discovery::group(client, group))
+                .await
+                .map_err(|_| format!("no answer within {}s", DISCOVERY_TIMEOUT.as_secs()))?
+                .map_err(|e| e.to_string())?;
+        let resource = discovered.recommended_kind(kind).map(|(r, _)| r);
+        known.insert(key, (Instant::now(), resource.clone()));
         Ok(resource)
     }
 }
