@@ -18,6 +18,7 @@ mod readiness;
 mod reconcile;
 mod retry;
 mod seen;
+mod slim;
 mod sources;
 mod volumes;
 mod watches;

@@ -19,6 +19,7 @@ use super::Options;
 use super::caches::{self, Caches};
 use super::compact::Compact;
 use super::index;
+use super::slim::Slim;
 use flex_core::names::{CONFIG_TYPE_VALUE, LABEL_CONFIG_TYPE, LABEL_MANAGED_BY, MANAGED_BY_VALUE};
 
 /// Claims are listed in pages of this many: any user may write 256 KiB of annotations into
@@ -48,21 +49,30 @@ pub(super) struct Watches {
 pub(super) fn watch_everything(client: &Client, opts: &Options) -> Watches {
     let provisioner = opts.provisioner_name.as_str();
     let (claims, claims_changes) = reflect(
-        Api::<PersistentVolumeClaim>::all(client.clone()),
+        (
+            Api::<PersistentVolumeClaim>::all(client.clone()),
+            std::convert::identity,
+        ),
         watcher::Config::default().page_size(CLAIM_PAGE_SIZE),
         caches::trim_claim(provisioner),
         caches::claim_keys,
         Compact::new,
     );
     let (classes, classes_changes) = reflect(
-        Api::<StorageClass>::all(client.clone()),
+        (
+            Api::<StorageClass>::all(client.clone()),
+            std::convert::identity,
+        ),
         watcher::Config::default(),
         caches::trim_meta,
         caches::no_keys,
         std::convert::identity,
     );
     let (volumes, volumes_changes) = reflect(
-        Api::<PersistentVolume>::all(client.clone()),
+        (
+            Api::<PersistentVolume>::all(client.clone()),
+            std::convert::identity,
+        ),
         watcher::Config::default(),
         caches::trim_volume(provisioner),
         caches::no_keys,
@@ -70,7 +80,7 @@ pub(super) fn watch_everything(client: &Client, opts: &Options) -> Watches {
     );
     // Nodes are read for their names and labels: a cache, not a GET per reconcile.
     let (nodes, nodes_changes) = reflect(
-        Api::<Node>::all(client.clone()),
+        (Api::<Node>::all(client.clone()), std::convert::identity),
         watcher::Config::default(),
         caches::trim_node,
         caches::no_keys,
@@ -118,7 +128,10 @@ fn namespaced(client: &Client, opts: &Options) -> Namespaced {
     let mut n = Namespaced::default();
     for ns in &opts.config_namespaces {
         let (s, changes) = reflect(
-            Api::<ConfigMap>::namespaced(client.clone(), ns),
+            (
+                Api::<ConfigMap>::namespaced(client.clone(), ns),
+                std::convert::identity,
+            ),
             watcher::Config::default().labels(&cfg_selector),
             caches::trim_meta,
             caches::no_keys,
@@ -127,7 +140,7 @@ fn namespaced(client: &Client, opts: &Options) -> Namespaced {
         n.config_maps.push(s.store);
         n.config_map_changes.push(changes.boxed());
         let (s, changes) = reflect(
-            Api::<Job>::namespaced(client.clone(), ns),
+            (Api::<Slim<Job>>::namespaced(client.clone(), ns), |s| s.0),
             watcher::Config::default().labels(&ours),
             caches::trim_meta,
             caches::job_keys,
@@ -136,7 +149,7 @@ fn namespaced(client: &Client, opts: &Options) -> Namespaced {
         n.jobs.push(s);
         n.job_changes.push(changes.boxed());
         let (s, changes) = reflect(
-            Api::<Pod>::namespaced(client.clone(), ns),
+            (Api::<Slim<Pod>>::namespaced(client.clone(), ns), |s| s.0),
             watcher::Config::default().labels(&ours),
             caches::trim_pod,
             caches::pod_keys,
@@ -147,7 +160,10 @@ fn namespaced(client: &Client, opts: &Options) -> Namespaced {
         // Why a Job has no pod (a missing ServiceAccount, a quota): watched, not listed per
         // reconcile.
         let (s, changes) = reflect(
-            Api::<CoreEvent>::namespaced(client.clone(), ns),
+            (
+                Api::<CoreEvent>::namespaced(client.clone(), ns),
+                std::convert::identity,
+            ),
             watcher::Config::default().fields("reason=FailedCreate,involvedObject.kind=Job"),
             caches::trim_meta,
             caches::no_keys,
@@ -159,12 +175,13 @@ fn namespaced(client: &Client, opts: &Options) -> Namespaced {
     n
 }
 
-/// A store kept current by a watch, indexed by `keys`, with `trim` applied to each object
-/// before it is stored as `convert` makes it (the object itself, or `Compact`), and the
+/// A store kept current by a watch (of the object, or of its `Slim` form), indexed by
+/// `keys`, with `trim` applied to each object before it is stored as `convert` makes it
+/// (the object itself, or `Compact`), and the
 /// stream of objects it saw change (which must be polled: the controller does, as a
 /// trigger).
-fn reflect<K, S>(
-    api: Api<K>,
+fn reflect<W, K, S>(
+    (api, decoded): (Api<W>, fn(W) -> K),
     cfg: watcher::Config,
     trim: impl Fn(&mut K) + Send + 'static,
     keys: index::KeysOf<K>,
@@ -174,13 +191,14 @@ fn reflect<K, S>(
     impl futures::Stream<Item = Result<S, watcher::Error>> + Send + 'static,
 )
 where
-    K: Resource<DynamicType = ()>
+    W: Resource<DynamicType = ()>
         + Clone
         + serde::de::DeserializeOwned
         + std::fmt::Debug
         + Send
         + Sync
         + 'static,
+    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
     S: Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
 {
     use futures::TryStreamExt;
@@ -190,6 +208,7 @@ where
     // Lists are paged (kube's default pages of 500) so a large cluster is never held twice
     // in memory: as one list response and as the cache.
     let stream = watcher(api, cfg)
+        .map_ok(move |event| convert_event(event, decoded))
         .default_backoff()
         .modify(trim)
         .inspect_ok(move |event| indexing.apply(event))
