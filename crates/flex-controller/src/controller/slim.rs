@@ -1,5 +1,5 @@
-//! Pods and Jobs read from their watches without `metadata.managedFields`, which nothing
-//! here reads and which the caches drop anyway (`caches::trim_meta`). A pod's field
+//! Pods, Jobs, PVs and claims read from their watches without `metadata.managedFields`,
+//! which nothing here reads and which the caches drop anyway (`caches::trim_meta`). A pod's field
 //! ownership is a third of its JSON and, parsed, a tree of small maps: decoding a pod of
 //! ours with it took twice as long as without (a profile of a 100-claim burst, see
 //! docs/architecture.md, "Where the CPU goes"). Skipped fields are passed over by the
@@ -9,7 +9,11 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec, JobStatus};
-use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{
+    PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PersistentVolumeClaimStatus, PersistentVolumeSpec, PersistentVolumeStatus, Pod, PodSpec,
+    PodStatus,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::Resource;
 use serde::Deserialize;
@@ -68,26 +72,45 @@ struct Parts<Spec, Status> {
     status: Option<Status>,
 }
 
-impl<'de> Deserialize<'de> for Slim<Pod> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let p = Parts::<PodSpec, PodStatus>::deserialize(d)?;
-        Ok(Slim(Pod {
-            metadata: p.metadata.into(),
-            spec: p.spec,
-            status: p.status,
-        }))
-    }
+/// `Slim<$kind>` decodes through `Parts` of its spec and status types.
+macro_rules! slim {
+    ($($kind:ty: $spec:ty, $status:ty;)*) => {$(
+        impl<'de> Deserialize<'de> for Slim<$kind> {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let p = Parts::<$spec, $status>::deserialize(d)?;
+                Ok(Slim(<$kind>::from_parts(p.metadata.into(), p.spec, p.status)))
+            }
+        }
+    )*};
 }
 
-impl<'de> Deserialize<'de> for Slim<Job> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let p = Parts::<JobSpec, JobStatus>::deserialize(d)?;
-        Ok(Slim(Job {
-            metadata: p.metadata.into(),
-            spec: p.spec,
-            status: p.status,
-        }))
-    }
+/// A kind made of metadata, spec and status.
+trait FromParts<Spec, Status> {
+    fn from_parts(metadata: ObjectMeta, spec: Option<Spec>, status: Option<Status>) -> Self;
+}
+
+macro_rules! from_parts {
+    ($($kind:ident: $spec:ty, $status:ty;)*) => {$(
+        impl FromParts<$spec, $status> for $kind {
+            fn from_parts(metadata: ObjectMeta, spec: Option<$spec>, status: Option<$status>) -> Self {
+                $kind { metadata, spec, status }
+            }
+        }
+    )*};
+}
+
+from_parts! {
+    Pod: PodSpec, PodStatus;
+    Job: JobSpec, JobStatus;
+    PersistentVolume: PersistentVolumeSpec, PersistentVolumeStatus;
+    PersistentVolumeClaim: PersistentVolumeClaimSpec, PersistentVolumeClaimStatus;
+}
+
+slim! {
+    Pod: PodSpec, PodStatus;
+    Job: JobSpec, JobStatus;
+    PersistentVolume: PersistentVolumeSpec, PersistentVolumeStatus;
+    PersistentVolumeClaim: PersistentVolumeClaimSpec, PersistentVolumeClaimStatus;
 }
 
 impl<K: Resource<DynamicType = ()>> Resource for Slim<K> {
@@ -121,7 +144,7 @@ mod tests {
 
     /// Every field comes through as the full decode has it, but the field ownership.
     #[test]
-    fn a_pod_and_a_job_decode_whole_but_their_field_ownership() {
+    fn every_slim_kind_decodes_whole_but_its_field_ownership() {
         let meta = json!({"name": "p", "namespace": "n", "uid": "u", "resourceVersion": "7",
             "generateName": "provision-x-1-", "generation": 2, "creationTimestamp": "2026-01-01T00:00:00Z",
             "deletionTimestamp": "2026-01-01T00:00:09Z", "deletionGracePeriodSeconds": 30,
@@ -146,6 +169,21 @@ mod tests {
         let mut full: Job = serde_json::from_value(job.clone()).unwrap();
         full.metadata.managed_fields = None;
         let slim: Slim<Job> = serde_json::from_value(job).unwrap();
+        assert_eq!(slim.0, full);
+        let pv = json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": meta,
+            "spec": {"capacity": {"storage": "1Gi"}, "hostPath": {"path": "/v"},
+                     "claimRef": {"namespace": "a", "name": "c", "uid": "cu"}},
+            "status": {"phase": "Released"}});
+        let mut full: PersistentVolume = serde_json::from_value(pv.clone()).unwrap();
+        full.metadata.managed_fields = None;
+        let slim: Slim<PersistentVolume> = serde_json::from_value(pv).unwrap();
+        assert_eq!(slim.0, full);
+        let claim = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta,
+            "spec": {"storageClassName": "s", "volumeName": "v", "resources": {"requests": {"storage": "1Gi"}}},
+            "status": {"phase": "Bound", "capacity": {"storage": "1Gi"}}});
+        let mut full: PersistentVolumeClaim = serde_json::from_value(claim.clone()).unwrap();
+        full.metadata.managed_fields = None;
+        let slim: Slim<PersistentVolumeClaim> = serde_json::from_value(claim).unwrap();
         assert_eq!(slim.0, full);
     }
 }

@@ -50,8 +50,8 @@ pub(super) fn watch_everything(client: &Client, opts: &Options) -> Watches {
     let provisioner = opts.provisioner_name.as_str();
     let (claims, claims_changes) = reflect(
         (
-            Api::<PersistentVolumeClaim>::all(client.clone()),
-            std::convert::identity,
+            Api::<Slim<PersistentVolumeClaim>>::all(client.clone()),
+            |s| s.0,
         ),
         watcher::Config::default().page_size(CLAIM_PAGE_SIZE),
         caches::trim_claim(provisioner),
@@ -69,10 +69,7 @@ pub(super) fn watch_everything(client: &Client, opts: &Options) -> Watches {
         std::convert::identity,
     );
     let (volumes, volumes_changes) = reflect(
-        (
-            Api::<PersistentVolume>::all(client.clone()),
-            std::convert::identity,
-        ),
+        (Api::<Slim<PersistentVolume>>::all(client.clone()), |s| s.0),
         watcher::Config::default(),
         caches::trim_volume(provisioner),
         caches::no_keys,
