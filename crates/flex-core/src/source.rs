@@ -162,6 +162,42 @@ pub fn from_record(
     }
 }
 
+/// Why an admin's object named as a claim's data source cannot be had (yet).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Unreadable {
+    /// A kind of the core group other than PersistentVolumeClaim.
+    CoreGroup,
+    /// Discovery of the group failed (its message).
+    GroupUnreadable(String),
+    /// The group is served without the kind.
+    KindNotServed,
+    /// No such object in the claim's namespace.
+    Missing,
+    /// The controller may not read it (the API server's message).
+    Forbidden(String),
+}
+
+/// The claim's source as unusable for `why`, in the words its event carries.
+pub fn unreadable(ds: &crate::claim::DataSource, namespace: &str, why: Unreadable) -> SourceData {
+    let group = ds.api_group.as_deref().unwrap_or_default();
+    SourceData::Unusable(match why {
+        Unreadable::CoreGroup => format!(
+            "only PersistentVolumeClaim can be named in the core group, not {}",
+            ds.kind
+        ),
+        Unreadable::GroupUnreadable(e) => format!("the API group {group} cannot be read: {e}"),
+        Unreadable::KindNotServed => {
+            format!("the API server serves no kind {} in group {group}", ds.kind)
+        }
+        Unreadable::Missing => format!("{} {namespace}/{} does not exist", ds.kind, ds.name),
+        // The admin grants the controller `get` on the kinds a class lists.
+        Unreadable::Forbidden(message) => format!(
+            "the provisioner may not read it ({message}); an admin grants it get on {}",
+            ds.kind_key()
+        ),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,6 +307,37 @@ mod tests {
         assert_eq!(
             refused,
             SourceData::Unusable("its deprovision record has no recipe".into())
+        );
+    }
+
+    /// Each reason names what the user or admin can act on: the object, or the grant.
+    #[test]
+    fn an_unreadable_admin_object_says_what_to_do() {
+        let ds = crate::claim::DataSource {
+            api_group: Some("backup.example.com".into()),
+            kind: "Restore".into(),
+            name: "nightly".into(),
+            namespace: None,
+        };
+        let said = |why| match unreadable(&ds, "team-a", why) {
+            SourceData::Unusable(m) => m,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            said(Unreadable::Missing),
+            "Restore team-a/nightly does not exist"
+        );
+        assert_eq!(
+            said(Unreadable::Forbidden("restores is forbidden".into())),
+            "the provisioner may not read it (restores is forbidden); an admin grants it get on backup.example.com/Restore"
+        );
+        assert_eq!(
+            said(Unreadable::KindNotServed),
+            "the API server serves no kind Restore in group backup.example.com"
+        );
+        assert!(
+            said(Unreadable::GroupUnreadable("timed out".into()))
+                .ends_with("cannot be read: timed out")
         );
     }
 }

@@ -5,7 +5,6 @@
 //! another half kilobyte node; as text, a whole bound PV is well under a kilobyte. A
 //! reconcile turns the one object it needs back into the typed object (`full`).
 
-use std::borrow::Cow;
 use std::marker::PhantomData;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -74,22 +73,31 @@ impl<'de, K: Resource + Serialize + DeserializeOwned> Deserialize<'de> for Compa
     }
 }
 
+/// The kind, group, version and plural of a wrapper's `Resource`: those of the object `$k`
+/// it holds (so its watch asks the API server for `$k`).
+macro_rules! same_kind_as {
+    ($k:ident) => {
+        fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
+            $k::kind(dt)
+        }
+        fn group(dt: &()) -> std::borrow::Cow<'_, str> {
+            $k::group(dt)
+        }
+        fn version(dt: &()) -> std::borrow::Cow<'_, str> {
+            $k::version(dt)
+        }
+        fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
+            $k::plural(dt)
+        }
+    };
+}
+pub(super) use same_kind_as;
+
 impl<K: Resource<DynamicType = ()>> Resource for Compact<K> {
     type DynamicType = ();
     type Scope = K::Scope;
 
-    fn kind(dt: &()) -> Cow<'_, str> {
-        K::kind(dt)
-    }
-    fn group(dt: &()) -> Cow<'_, str> {
-        K::group(dt)
-    }
-    fn version(dt: &()) -> Cow<'_, str> {
-        K::version(dt)
-    }
-    fn plural(dt: &()) -> Cow<'_, str> {
-        K::plural(dt)
-    }
+    same_kind_as!(K);
     fn meta(&self) -> &ObjectMeta {
         &self.meta
     }

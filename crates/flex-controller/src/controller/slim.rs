@@ -5,7 +5,6 @@
 //! docs/architecture.md, "Where the CPU goes"). Skipped fields are passed over by the
 //! parser without being built.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec, JobStatus};
@@ -117,18 +116,7 @@ impl<K: Resource<DynamicType = ()>> Resource for Slim<K> {
     type DynamicType = ();
     type Scope = K::Scope;
 
-    fn kind(dt: &()) -> Cow<'_, str> {
-        K::kind(dt)
-    }
-    fn group(dt: &()) -> Cow<'_, str> {
-        K::group(dt)
-    }
-    fn version(dt: &()) -> Cow<'_, str> {
-        K::version(dt)
-    }
-    fn plural(dt: &()) -> Cow<'_, str> {
-        K::plural(dt)
-    }
+    super::compact::same_kind_as!(K);
     fn meta(&self) -> &ObjectMeta {
         self.0.meta()
     }

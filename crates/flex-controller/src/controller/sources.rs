@@ -7,7 +7,7 @@ use kube::api::{Api, DynamicObject};
 use super::context::Context;
 use flex_core::claim::{ClaimRequest, DataSource};
 use flex_core::record::read_record;
-use flex_core::source::SourceData;
+use flex_core::source::{SourceData, Unreadable, unreadable};
 
 /// What the claim's data source is now; `Unusable` says why it cannot be used (yet).
 pub(super) async fn resolve(
@@ -18,42 +18,25 @@ pub(super) async fn resolve(
     if ds.is_claim() {
         return clone_source(ctx, claim, ds).await;
     }
+    let unreadable = |why| Ok(unreadable(ds, &claim.namespace, why));
     let Some(group) = ds.api_group.as_deref() else {
-        return Ok(SourceData::Unusable(format!(
-            "only PersistentVolumeClaim can be named in the core group, not {}",
-            ds.kind
-        )));
+        return unreadable(Unreadable::CoreGroup);
     };
     let resource = match ctx.discovered.resource(&ctx.client, group, &ds.kind).await {
         Ok(Some(r)) => r,
-        Ok(None) => {
-            return Ok(SourceData::Unusable(format!(
-                "the API server serves no kind {} in group {group}",
-                ds.kind
-            )));
-        }
-        Err(e) => {
-            return Ok(SourceData::Unusable(format!(
-                "the API group {group} cannot be read: {e}"
-            )));
-        }
+        Ok(None) => return unreadable(Unreadable::KindNotServed),
+        Err(e) => return unreadable(Unreadable::GroupUnreadable(e)),
     };
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &claim.namespace, &resource);
-    Ok(match api.get_opt(&ds.name).await {
-        Ok(Some(object)) => SourceData::Object(serde_json::to_value(object).unwrap_or_default()),
-        Ok(None) => SourceData::Unusable(format!(
-            "{} {}/{} does not exist",
-            ds.kind, claim.namespace, ds.name
+    match api.get_opt(&ds.name).await {
+        Ok(Some(object)) => Ok(SourceData::Object(
+            serde_json::to_value(object).unwrap_or_default(),
         )),
-        // The admin grants the controller `get` on the kinds a class lists.
-        Err(kube::Error::Api(s)) if s.code == 403 => SourceData::Unusable(format!(
-            "the provisioner may not read it ({}); an admin grants it get on {}",
-            s.message,
-            ds.kind_key()
-        )),
-        Err(e) => return Err(crate::Error::read(format!("{} {}", ds.kind, ds.name))(e)),
-    })
+        Ok(None) => unreadable(Unreadable::Missing),
+        Err(kube::Error::Api(s)) if s.code == 403 => unreadable(Unreadable::Forbidden(s.message)),
+        Err(e) => Err(crate::Error::read(format!("{} {}", ds.kind, ds.name))(e)),
+    }
 }
 
 async fn clone_source(
