@@ -69,7 +69,6 @@ impl Options {
     }
 }
 
-/// Fails fast, with the permission or object that is missing, before anything starts.
 /// [`preflight`], with a busy or unreachable API server (429, 5xx, no answer) waited out
 /// for about two minutes: the client re-sends nothing by itself (`throttle::client`), and a
 /// start-up that fails on a moment's overload would only be restarted by its Deployment.
@@ -88,6 +87,7 @@ async fn preflight_patiently(client: &Client, opts: &Options) -> crate::Result<(
         .await
 }
 
+/// Fails fast, with the permission or object that is missing, before anything starts.
 async fn preflight(client: &Client, opts: &Options) -> crate::Result<()> {
     let one = ListParams::default().limit(1);
     let check = |what: &str| {
