@@ -53,8 +53,8 @@ async fn the_pod_has_no_token_and_the_controller_makes_the_pv() {
             Some(false)
         );
     }
-    let probe = std::fs::read_to_string(sb.node_root("node-a").join(format!("probe-{uid}")))
-        .or_else(|_| std::fs::read_to_string(sb.node_root("node-b").join(format!("probe-{uid}"))))
+    let probe = std::fs::read_to_string(sb.state_dir("node-a").join(format!("probe-{uid}")))
+        .or_else(|_| std::fs::read_to_string(sb.state_dir("node-b").join(format!("probe-{uid}"))))
         .expect("the probe ran");
     assert!(probe.trim_end().ends_with("REFUSED"), "{probe}");
     assert!(

@@ -38,7 +38,7 @@ async fn a_wrong_pv_of_our_attempt_is_cleaned_removed_and_retried() {
         bound.spec.unwrap().volume_name.as_deref(),
         Some(pv_name.as_str())
     );
-    let marker = sb.node_root("node-a").join(format!("storage-{pv_name}"));
+    let marker = sb.state_dir("node-a").join(format!("storage-{pv_name}"));
     assert!(
         marker.exists(),
         "nothing ran for the unverified PV, so its storage stays: {}",

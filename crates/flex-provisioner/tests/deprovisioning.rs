@@ -20,7 +20,10 @@ async fn hostpath_class(sb: &common::cluster::Cluster, name: &str, reclaim: &str
         .unwrap();
     let cm = json!({"metadata": {"name": format!("{name}-config"), "labels": {"type": "provisioner-config", "storage-class": name}},
         "data": {"image": "ghcr.io/flex-provisioner/hostpath:0.1.0", "node-local": "true", "retries": "0", "volume-sources": "local",
-                 "base-path": "/srv/volumes", "directory": "{{claim.namespace}}/{{claim.name}}-{{claim.uid}}"}});
+                 "base-path": "/srv/volumes", "directory": "{{claim.namespace}}/{{claim.name}}-{{claim.uid}}",
+                 "allow-privileged": "true",
+                 // The image works in the node's base, mounted where the node has it.
+                 "pod-template": "spec:\n  volumes:\n  - name: base\n    hostPath: {path: /srv/volumes, type: DirectoryOrCreate}\n  containers:\n  - volumeMounts:\n    - {name: base, mountPath: /srv/volumes}\n"}});
     Api::<ConfigMap>::namespaced(client, NS)
         .create(&Default::default(), &serde_json::from_value(cm).unwrap())
         .await

@@ -84,7 +84,7 @@ async fn run_image_as(
             json!([{"name": "export",
                 "nfs": {"server": "nfs.storage.example.com", "path": "/exports/k8s"}}])
         };
-    } else if real && image == "hostpath" {
+    } else if image == "hostpath" {
         // As configmaps/hostpath.yaml mounts its base: at the same path as on the node.
         let base = base_path(sb);
         container["volumeMounts"] = json!([{"name": "base", "mountPath": base}]);
@@ -517,11 +517,9 @@ async fn hostpath_refuses_control_characters_in_its_paths() {
             .contains("parameter base-path contains a control character"),
         "{r:?}"
     );
-    if sb.is_real_node() {
-        // The kubelet makes the mounted base; nothing was made in it.
-        assert!(names(&base).is_empty(), "no stray directory was made");
-    } else {
-        assert!(!base.exists(), "no stray directory was made");
+    // The kubelet makes the mounted base; nothing was made in it.
+    assert!(names(&base).is_empty(), "no stray directory was made");
+    if !sb.is_real_node() {
         assert!(!sb.node_root(NODE).join("srv").exists());
     }
 }
@@ -700,13 +698,13 @@ async fn nfs_subdir_archives_of_one_volume_in_the_same_second_are_all_kept_apart
     );
 }
 
-/// Fake LVM tools and kubectl that log each call to `$SANDBOX_ROOT/calls`: volume group
+/// Fake LVM tools and kubectl that log each call to `$SANDBOX_STATE/calls`: volume group
 /// vg-k8s exists with 4096 MiB free, logical volumes exist only at deprovisioning.
 fn fake_lvm() -> Scratch {
     let dir = Scratch::new("fake-lvm");
     let script = r#"#!/bin/sh
 name=$(basename "$0")
-printf '%s %s\n' "$name" "$*" >> "$SANDBOX_ROOT/calls"
+printf '%s %s\n' "$name" "$*" >> "$SANDBOX_STATE/calls"
 case $name in
     vgs) case " $* " in *" vg-k8s "*) ;; *) exit 5 ;; esac
          case "$*" in *vg_free*) echo "  4096.00" ;; esac ;;
@@ -715,7 +713,7 @@ case $name in
              *lv_size*) [ "$ACTION" = expand ] || exit 5; echo "  1024.00" ;;
              *) [ "$ACTION" = deprovision ] || [ "$ACTION" = expand ] || exit 5 ;;
          esac ;;
-    kubectl) cat > "$SANDBOX_ROOT/pv.json" ;;
+    kubectl) cat > "$SANDBOX_STATE/pv.json" ;;
 esac
 exit 0
 "#;
@@ -763,7 +761,7 @@ async fn lvm_kubectl_refuses_newline_joined_and_odd_values_before_any_lvm_comman
         o
     })
     .await;
-    let calls = sb.node_root(NODE).join("calls");
+    let calls = sb.state_dir(NODE).join("calls");
     let bad: &[(&str, &str, &str)] = &[
         ("provision", "VOLUME_GROUP", "vg-k8s\nvg-other"),
         ("deprovision", "VOLUME_GROUP", "vg-k8s\nvg-other"),
@@ -829,7 +827,7 @@ async fn lvm_kubectl_refuses_newline_joined_and_odd_values_before_any_lvm_comman
         log.contains(&format!("mkfs.ext4 -q /dev/vg-k8s/{PV}\n")),
         "{log}"
     );
-    let pv = std::fs::read_to_string(sb.node_root(NODE).join("pv.json")).unwrap();
+    let pv = std::fs::read_to_string(sb.state_dir(NODE).join("pv.json")).unwrap();
     let pv: Value = serde_json::from_str(&pv).unwrap();
     assert_eq!(
         pv["spec"]["local"],
@@ -873,7 +871,7 @@ async fn lvm_kubectl_expands_and_clones() {
         o
     })
     .await;
-    let calls = sb.node_root(NODE).join("calls");
+    let calls = sb.state_dir(NODE).join("calls");
     let r = run_image(
         &sb,
         "grow",

@@ -249,14 +249,15 @@ async fn hostpath_provisions_clones_expands_and_deprovisions_another_users_priva
             .to_string()
             .trim_start_matches('/'),
     );
-    // Nothing of the namespace is left: where the kubelet mounts, a deprovision Job sees
-    // only the namespace's directory, which it cannot remove from inside (a mount point),
-    // so the empty directory stays; elsewhere it goes with its last volume.
+    // Nothing of the namespace is left: where volumes are mounted (a kubelet, the sandbox
+    // run as root), a deprovision Job sees only the namespace's directory, which it cannot
+    // remove from inside (a mount point), so the empty directory stays; where they are
+    // linked it goes with its last volume.
     let left = std::fs::read_dir(&ns_dir)
         .map(|d| d.count())
         .unwrap_or_default();
     assert_eq!(left, 0, "{} still holds {left} entries", ns_dir.display());
-    assert_eq!(ns_dir.exists(), cluster.is_real_node());
+    assert_eq!(ns_dir.exists(), cluster.mounts_volumes());
 }
 
 #[tokio::test]
@@ -602,25 +603,26 @@ async fn nfs_subdir_provisions_clones_and_archives_as_its_own_user() {
 /// file below the base it sees, as an image with a bug (or a cp that follows a link swapped
 /// in by the source's tenant) could read them, and fails with the list. Cloning a tenant's
 /// volume, it sees the new directory and the source, never another namespace's volume nor
-/// a sibling claim's, and a link planted in the source points nowhere. Only a kubelet that
-/// mounts (`subPath`) can show this: the sandbox's pods see the node's files through links
-/// (docs/sandbox-known-differences.md).
+/// a sibling claim's, and a link planted in the source points nowhere. Only pods that get
+/// their volumes mounted (`subPath`) can show this: a kubelet, or the sandbox run as root;
+/// the simulated node of a real control plane links them (docs/sandbox-known-differences.md).
 #[tokio::test]
 async fn a_clone_job_sees_only_the_source_and_the_new_volume() {
     common::at_root();
     let cluster = common::provisioning::node_cluster().await;
-    if !cluster.is_real_node() {
-        eprintln!(
-            "what a Job's pod can reach needs a kubelet that mounts: this test runs in the real-node lane (scripts/e2e-real --real-node)"
-        );
-        return;
-    }
+    assert!(
+        cluster.mounts_volumes(),
+        "what a Job's pod can reach needs pods with mounted volumes: a real node, or the sandbox run as root"
+    );
     let _c = common::provisioning::controller(&cluster);
     let base = hostpath_class(&cluster, "hostpath", SHIPPED_CAPS).await;
     // Another namespace's volume, on the same node.
     let other = base.join("other-team/vault");
-    std::fs::create_dir_all(&other).unwrap();
-    std::fs::write(other.join("key"), "other-tenant-secret\n").unwrap();
+    let other_on_node = cluster
+        .node_root(NODES[0])
+        .join(other.strip_prefix("/").unwrap());
+    std::fs::create_dir_all(&other_on_node).unwrap();
+    std::fs::write(other_on_node.join("key"), "other-tenant-secret\n").unwrap();
     // A sibling claim of the same namespace.
     plain_claim(&cluster, "sibling", "hostpath").await;
     shell_pod(
@@ -642,7 +644,7 @@ async fn a_clone_job_sees_only_the_source_and_the_new_volume() {
 
     // The lister: the hostpath example's class and mounts, another program.
     let lister = format!(
-        "find {base} > /dev/termination-log 2>&1; cat {base}/default/*/to-other/key >> /dev/termination-log 2>&1; exit 2",
+        "log=${{TERMINATION_LOG:-/dev/termination-log}}; find {base} > $log 2>&1; cat {base}/default/*/to-other/key >> $log 2>&1; exit 2",
         base = base.display()
     );
     let mut text = std::fs::read_to_string("configmaps/hostpath.yaml").unwrap();

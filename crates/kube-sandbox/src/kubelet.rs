@@ -5,12 +5,15 @@
 //! name), else `<images dir>/<name>/entrypoint` where name is the image without registry and
 //! tag. Unknown images fail with ErrImagePull as a real kubelet reports it. The process gets
 //! the container's resolved environment plus `KUBECONFIG` (the sandbox API),
-//! `TERMINATION_LOG` (a file whose content becomes the termination message) and
-//! `SANDBOX_ROOT` (the node's filesystem, under which the pod's volumes appear at their
-//! mount paths). A container's `securityContext` capabilities are applied
-//! (kubelet/capabilities.rs).
+//! `TERMINATION_LOG` (a file whose content becomes the termination message),
+//! `SANDBOX_ROOT` (the prefix under which the pod's volumes appear at their mount paths:
+//! empty when the container has a root of its own, kubelet/mounts.rs) and `SANDBOX_STATE`
+//! (a directory the pods of a node share and their volumes never show, where test images
+//! keep what a storage backend would). A container's `securityContext` capabilities are
+//! applied (kubelet/capabilities.rs).
 
 mod capabilities;
+mod mounts;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -98,6 +101,8 @@ pub struct Kubelet {
     kubeconfig: PathBuf,
     extra_path: Vec<PathBuf>,
     nodes: Vec<String>,
+    /// How containers get their volumes: mounted in a root of their own, or linked.
+    isolation: mounts::Isolation,
     /// Pods (by uid) this kubelet has taken on.
     started: Mutex<HashSet<String>>,
     /// Process groups of running containers, by pod uid, and how to ask them to stop.
@@ -148,6 +153,7 @@ impl Kubelet {
             kubeconfig: kubeconfig.to_owned(),
             extra_path: opts.extra_path.clone(),
             nodes: opts.nodes.clone(),
+            isolation: mounts::Isolation::of_this_process(),
             started: Mutex::new(HashSet::new()),
             running: Mutex::new(HashMap::new()),
             auth: None,
@@ -156,6 +162,16 @@ impl Kubelet {
 
     pub fn node_root(&self, node: &str) -> PathBuf {
         self.work_dir.join("nodes").join(node)
+    }
+
+    /// What the pods of `node` see as `$SANDBOX_STATE`.
+    pub fn state_dir(&self, node: &str) -> PathBuf {
+        self.work_dir.join("state").join(node)
+    }
+
+    /// Whether containers get their volumes in a root and mount namespace of their own.
+    pub fn mounts_volumes(&self) -> bool {
+        self.isolation == mounts::Isolation::Namespaced
     }
 
     fn resolve_image(&self, image: &str) -> Option<PathBuf> {
@@ -489,6 +505,7 @@ impl Kubelet {
         c: &Value,
         pod_dir: &Path,
         node: &str,
+        volumes: &[mounts::Mount],
     ) -> Result<Prepared, Waiting> {
         let image = c["image"].as_str().unwrap_or_default();
         let Some(entrypoint) = self.resolve_image(image) else {
@@ -515,15 +532,20 @@ impl Kubelet {
         };
         let name = c["name"].as_str().unwrap_or_default().to_owned();
         let term = pod_dir.join(format!("{name}.termination-log"));
+        let kubeconfig = self.pod_kubeconfig(pod, pod_dir);
+        let pod_root = pod_dir.join("root");
+        let sandbox_root = match self.isolation {
+            mounts::Isolation::Namespaced => String::new(),
+            mounts::Isolation::Linked => pod_root.display().to_string(),
+        };
+        let state = self.state_dir(node);
         for (k, v) in [
             ("PATH", full_path),
             ("HOME", pod_dir.display().to_string()),
-            (
-                "KUBECONFIG",
-                self.pod_kubeconfig(pod, pod_dir).display().to_string(),
-            ),
+            ("KUBECONFIG", kubeconfig.display().to_string()),
             ("TERMINATION_LOG", term.display().to_string()),
-            ("SANDBOX_ROOT", self.node_root(node).display().to_string()),
+            ("SANDBOX_ROOT", sandbox_root),
+            ("SANDBOX_STATE", state.display().to_string()),
             ("SANDBOX_NODE", node.to_owned()),
             ("HOSTNAME", name_of(pod).to_owned()),
         ] {
@@ -556,7 +578,41 @@ impl Kubelet {
                 (program, rest.iter().cloned().chain(args).collect())
             }
         };
-        let (program, args) = capabilities::confine(c, program, args, &env)?;
+        let image_dir = program.parent().map(Path::to_path_buf);
+        let runnable = capabilities::resolves(&program, &env_value(&env, "PATH"));
+        let (mut program, mut args) = capabilities::confine(c, program, args, &env)?;
+        // A program that cannot be found starts as it is, and fails as before.
+        if self.isolation == mounts::Isolation::Namespaced && runnable {
+            let same_place = |p: &Path, read_only| mounts::Mount {
+                source: p.to_path_buf(),
+                target: p.display().to_string(),
+                read_only,
+            };
+            // The image's files (and the scripts' shared library beside them), the tools
+            // put on the PATH, the pod's own directory (home, termination log, kubeconfig)
+            // and the node's state appear where the host has them.
+            let mut all: Vec<mounts::Mount> = image_dir
+                .iter()
+                .flat_map(|d| [d.clone(), d.with_file_name("lib")])
+                .chain(self.extra_path.iter().cloned())
+                .filter(|p| p.is_dir() && p.parent().is_some())
+                .map(|p| same_place(&p, true))
+                .collect();
+            all.push(same_place(pod_dir, false));
+            if !kubeconfig.starts_with(pod_dir) {
+                all.push(same_place(&kubeconfig, true));
+            }
+            all.push(same_place(&state, false));
+            all.push(mounts::Mount {
+                source: pod_dir.join("tmp"),
+                target: "/tmp".into(),
+                read_only: false,
+            });
+            let _ = std::fs::create_dir_all(pod_dir.join("tmp"));
+            let _ = std::fs::create_dir_all(&pod_root);
+            all.extend(volumes.iter().cloned());
+            (program, args) = mounts::namespaced(&pod_root, pod_dir, all, program, args);
+        }
         Ok(Prepared {
             name,
             program,
@@ -598,10 +654,15 @@ impl Kubelet {
         path
     }
 
-    /// Makes each mounted volume (or its `subPath`) visible at `$SANDBOX_ROOT/<mountPath>`.
-    /// A `subPath` that leaves its volume through a link fails the pod as a kubelet fails
-    /// it (CreateContainerConfigError), before any container starts.
-    fn mount_volumes(&self, pod: &Value, pod_dir: &Path, node: &str) -> Result<(), Waiting> {
+    /// Each mounted volume (or its `subPath`) with where the pod's containers see it. A
+    /// `subPath` that leaves its volume through a link fails the pod as a kubelet fails it
+    /// (CreateContainerConfigError), before any container starts.
+    fn volume_mounts(
+        &self,
+        pod: &Value,
+        pod_dir: &Path,
+        node: &str,
+    ) -> Result<Vec<mounts::Mount>, Waiting> {
         let root = self.node_root(node);
         let volumes: BTreeMap<String, Value> = pod["spec"]["volumes"]
             .as_array()
@@ -614,6 +675,7 @@ impl Kubelet {
             .as_array()
             .into_iter()
             .flatten();
+        let mut found = Vec::new();
         for m in containers
             .chain(init)
             .flat_map(|c| c["volumeMounts"].as_array().cloned().unwrap_or_default())
@@ -621,39 +683,43 @@ impl Kubelet {
             let Some(v) = volumes.get(m["name"].as_str().unwrap_or_default()) else {
                 continue;
             };
-            let Some(mut backing) = self.backing_dir(v, pod, pod_dir, &root) else {
+            let Some(mut source) = self.backing_dir(v, pod, pod_dir, &root) else {
                 continue;
             };
-            let mut mount_path = m["mountPath"].as_str().unwrap_or_default().to_owned();
+            let mut target = m["mountPath"].as_str().unwrap_or_default().to_owned();
             // A subPath is a directory inside the volume, made when missing, as a kubelet
-            // makes it. Mounted at the path it has below the volume's own mount (as
-            // flex-provisioner's per-volume mounts are), the whole volume is linked there
-            // instead: links cannot stand for a mount inside a directory, and a link in the
-            // way would be refused by the images' scripts (docs/sandbox-known-differences.md).
+            // makes it.
             if let Some(sub) = m["subPath"].as_str().filter(|s| !s.is_empty()) {
-                make_sub_path(&backing, sub).map_err(|why| Waiting {
+                make_sub_path(&source, sub).map_err(|why| Waiting {
                     reason: "CreateContainerConfigError",
                     message: format!(
                         "failed to prepare subPath for volumeMount \"{}\": {why}",
                         m["name"].as_str().unwrap_or_default()
                     ),
                 })?;
-                match mount_path.strip_suffix(&format!("/{sub}")) {
-                    Some(volume_path) => mount_path = volume_path.to_owned(),
-                    None => backing = backing.join(sub),
+                // Linked at the path it has below the volume's own mount (as
+                // flex-provisioner's per-volume mounts are), the whole volume goes there
+                // instead: a link cannot stand for a mount inside a directory, and a link in
+                // the way would be refused by the images' scripts
+                // (docs/sandbox-known-differences.md).
+                match target.strip_suffix(&format!("/{sub}")) {
+                    Some(volume_path) if self.isolation == mounts::Isolation::Linked => {
+                        target = volume_path.to_owned()
+                    }
+                    _ => source = source.join(sub),
                 }
             }
-            let _ = std::fs::create_dir_all(&backing);
-            let target = root.join(mount_path.trim_start_matches('/'));
-            if target == backing || target.exists() {
-                continue;
+            if !source.exists() {
+                let _ = std::fs::create_dir_all(&source);
             }
-            if let Some(parent) = target.parent() {
-                let _ = std::fs::create_dir_all(parent);
-            }
-            let _ = std::os::unix::fs::symlink(&backing, &target);
+            found.push(mounts::Mount {
+                source,
+                target,
+                read_only: m["readOnly"] == Value::Bool(true)
+                    || v["persistentVolumeClaim"]["readOnly"] == Value::Bool(true),
+            });
         }
-        Ok(())
+        Ok(found)
     }
 
     fn backing_dir(&self, v: &Value, pod: &Value, pod_dir: &Path, root: &Path) -> Option<PathBuf> {
@@ -707,17 +773,22 @@ impl Kubelet {
         let pod_dir = self.work_dir.join("pods").join(uid_of(&pod));
         let _ = std::fs::create_dir_all(&pod_dir);
         let _ = std::fs::create_dir_all(self.node_root(&node));
-        let mounted = self.mount_volumes(&pod, &pod_dir, &node);
+        let _ = std::fs::create_dir_all(self.state_dir(&node));
+        let mounted = self.volume_mounts(&pod, &pod_dir, &node);
         let containers: Vec<Value> = pod["spec"]["containers"]
             .as_array()
             .cloned()
             .unwrap_or_default();
-        if let (Err(w), Some(c)) = (mounted, containers.first()) {
-            return self.cannot_start(&pod, c, w).await;
+        let volumes = match (mounted, containers.first()) {
+            (Err(w), Some(c)) => return self.cannot_start(&pod, c, w).await,
+            (mounted, _) => mounted.unwrap_or_default(),
+        };
+        if self.isolation == mounts::Isolation::Linked {
+            mounts::link(&pod_dir.join("root"), &volumes);
         }
         let mut prepared = Vec::new();
         for c in &containers {
-            match self.prepare(&pod, c, &pod_dir, &node) {
+            match self.prepare(&pod, c, &pod_dir, &node, &volumes) {
                 Ok(p) => prepared.push(p),
                 Err(w) => return self.cannot_start(&pod, c, w).await,
             }
@@ -986,6 +1057,13 @@ fn signal(pgid: u32, sig: &str) {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status();
+}
+
+fn env_value(env: &[(String, String)], name: &str) -> String {
+    env.iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default()
 }
 
 fn decode_base64(s: &str) -> Option<String> {

@@ -274,6 +274,18 @@ impl Sandbox {
         self.kubelet.node_root(node)
     }
 
+    /// A directory the pods of a node share as `$SANDBOX_STATE`, where test images keep what
+    /// a storage backend would (counters, probes); no volume shows it.
+    pub fn state_dir(&self, node: &str) -> PathBuf {
+        self.kubelet.state_dir(node)
+    }
+
+    /// Whether each container gets its volumes mounted in a root of its own (the sandbox
+    /// runs as root), rather than linked.
+    pub fn mounts_volumes(&self) -> bool {
+        self.kubelet.mounts_volumes()
+    }
+
     /// Forgets the watch history: watches from older versions get 410 Gone.
     pub fn compact(&self) {
         self.api.store.compact();

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 /// Test images of this file: `<name>` -> shell script body.
 const IMAGES: &[(&str, &str)] = &[(
     "show-kubeconfig",
-    "cat \"$KUBECONFIG\" > \"$SANDBOX_ROOT/kubeconfig-$HOSTNAME.tmp\"\nmv \"$SANDBOX_ROOT/kubeconfig-$HOSTNAME.tmp\" \"$SANDBOX_ROOT/kubeconfig-$HOSTNAME\"\nexit 0",
+    "cat \"$KUBECONFIG\" > \"$SANDBOX_STATE/kubeconfig-$HOSTNAME.tmp\"\nmv \"$SANDBOX_STATE/kubeconfig-$HOSTNAME.tmp\" \"$SANDBOX_STATE/kubeconfig-$HOSTNAME\"\nexit 0",
 )];
 
 async fn start() -> Sandbox {
@@ -418,7 +418,7 @@ async fn pods_get_their_service_account_token_unless_automount_is_off() {
                 &format!("pod {name} to write its kubeconfig"),
                 || async {
                     ["node-a", "node-b"].iter().find_map(|n| {
-                        std::fs::read_to_string(sb.node_root(n).join(format!("kubeconfig-{name}")))
+                        std::fs::read_to_string(sb.state_dir(n).join(format!("kubeconfig-{name}")))
                             .ok()
                     })
                 },

@@ -333,7 +333,7 @@ async fn pod_runner_reports_what_a_kubelet_reports() {
     let p = pods_of(&pods, "env").await.remove(0);
     let node = p.spec.unwrap().node_name.unwrap();
     let dump = std::fs::read_to_string(
-        sb.node_root(&node)
+        sb.state_dir(&node)
             .join(format!("env-{}", p.metadata.name.unwrap())),
     )
     .unwrap();
@@ -341,6 +341,67 @@ async fn pod_runner_reports_what_a_kubelet_reports() {
     assert!(dump.contains(&format!("MY_NODE={node}\n")));
     assert!(dump.contains("MY_NS=default\n"));
     assert!(dump.contains(&format!("KUBECONFIG={}\n", sb.kubeconfig.display())));
+}
+
+/// Runs pod `name` of image `look` on node-a with host directory `dir` at /data.
+async fn look_at(pods: &Api<Pod>, name: &str, dir: &str, hold: u32) {
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": name},
+        "spec": {"nodeName": "node-a", "restartPolicy": "Never",
+            "volumes": [{"name": "v", "hostPath": {"path": dir}}],
+            "containers": [{"name": "c", "image": "look", "env": [{"name": "HOLD", "value": hold.to_string()}],
+                "volumeMounts": [{"name": "v", "mountPath": "/data"}]}]}}))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+}
+
+/// The termination message of pod `name`, once it has ended.
+async fn looked(pods: &Api<Pod>, name: &str) -> String {
+    eventually(30, &format!("pod {name} to end"), || async {
+        let p = pods.get(name).await.ok()?;
+        let t = p
+            .status?
+            .container_statuses?
+            .first()?
+            .state
+            .clone()?
+            .terminated?;
+        Some(t.message.unwrap_or_default())
+    })
+    .await
+}
+
+/// As a kubelet mounts them: pods of one node that mount different volumes at one path see
+/// each their own, and a link planted in a volume resolves inside the container, so one
+/// naming another volume's directory on the host leads nowhere.
+#[tokio::test]
+async fn each_pod_sees_only_its_own_volumes_and_links_resolve_inside_it() {
+    let sb = start().await;
+    assert!(
+        sb.mounts_volumes(),
+        "the sandbox mounts volumes in a root of the pod's own only when it runs as root \
+         with util-linux's unshare: run the suite as root"
+    );
+    let root = sb.node_root("node-a");
+    for (dir, own) in [("vols/a", "A"), ("vols/b", "B")] {
+        std::fs::create_dir_all(root.join(dir)).unwrap();
+        std::fs::write(root.join(dir).join("own"), own).unwrap();
+    }
+    std::fs::write(root.join("vols/b/secret"), " b-secret").unwrap();
+    // The host's path of the other volume, as an attacker who knows the node would plant it.
+    std::os::unix::fs::symlink(root.join("vols/b"), root.join("vols/a/escape")).unwrap();
+    let pods: Api<Pod> = Api::namespaced(sb.client().unwrap(), "default");
+    look_at(&pods, "first", "/vols/a", 5).await;
+    eventually(15, "the first pod to run", || async {
+        let p = pods.get("first").await.ok()?;
+        (p.status?.phase.as_deref() == Some("Running")).then_some(())
+    })
+    .await;
+    look_at(&pods, "second", "/vols/b", 0).await;
+    assert_eq!(looked(&pods, "second").await, "B no-escape\n");
+    assert_eq!(looked(&pods, "first").await, "A no-escape\n");
+    assert!(root.join("vols/b/written-by-second").exists());
+    assert!(!root.join("vols/a/written-by-second").exists());
+    assert!(root.join("vols/a/written-by-first").exists());
 }
 
 fn class(name: &str, binding: &str) -> StorageClass {

@@ -17,7 +17,7 @@ use kube_sandbox::Sandbox;
 
 const IMAGES: &[(&str, &str)] = &[(
     "kubectl-in-pod",
-    "kubectl get configmaps -n default -o name > \"$SANDBOX_ROOT/out-$HOSTNAME.tmp\" 2>&1\necho \"rc=$?\" >> \"$SANDBOX_ROOT/out-$HOSTNAME.tmp\"\nmv \"$SANDBOX_ROOT/out-$HOSTNAME.tmp\" \"$SANDBOX_ROOT/out-$HOSTNAME\"\nexit 0",
+    "kubectl get configmaps -n default -o name > \"$SANDBOX_STATE/out-$HOSTNAME.tmp\" 2>&1\necho \"rc=$?\" >> \"$SANDBOX_STATE/out-$HOSTNAME.tmp\"\nmv \"$SANDBOX_STATE/out-$HOSTNAME.tmp\" \"$SANDBOX_STATE/out-$HOSTNAME\"\nexit 0",
 )];
 
 async fn start() -> Sandbox {
@@ -227,7 +227,7 @@ spec:
     let out = eventually(60, "the pod's kubectl to finish", || async {
         ["node-a", "node-b"]
             .iter()
-            .find_map(|n| std::fs::read_to_string(sb.node_root(n).join("out-in-pod")).ok())
+            .find_map(|n| std::fs::read_to_string(sb.state_dir(n).join("out-in-pod")).ok())
     })
     .await;
     assert_eq!(out, "configmap/kube-root-ca.crt\nconfigmap/seen\nrc=0\n");

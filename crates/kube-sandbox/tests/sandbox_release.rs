@@ -34,9 +34,10 @@ fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
 }
 
 /// A sandbox with two more images: `pids` (a shell and its `sleep` child, which write their
-/// PIDs to `$PIDFILE` and wait) and `stubborn` (the same, ignoring TERM).
+/// PIDs to `$SANDBOX_STATE/$PIDFILE` and wait) and `stubborn` (the same, ignoring TERM).
 async fn start(dir: &Path) -> Sandbox {
-    let record = "echo \"$$ $!\" > \"$PIDFILE.tmp\" && mv \"$PIDFILE.tmp\" \"$PIDFILE\"";
+    let record =
+        "f=\"$SANDBOX_STATE/$PIDFILE\"; echo \"$$ $!\" > \"$f.tmp\" && mv \"$f.tmp\" \"$f\"";
     let mut opts = options();
     opts.image_map.insert(
         "pids".into(),
@@ -325,22 +326,21 @@ async fn events_of_a_pending_claim_repeat_as_one_event_with_a_growing_count() {
 
 /// Creates a pod running `image` that writes its PIDs to a file, with `grace` as its
 /// terminationGracePeriodSeconds; waits for the PIDs.
+/// Runs pod `name` of `image` on node-a and returns the PIDs it wrote.
 async fn pod_with_pids(
     pods: &Api<Pod>,
-    dir: &Path,
+    sb: &Sandbox,
     name: &str,
     image: &str,
     grace: i64,
 ) -> Vec<u32> {
-    let file = dir.join(format!(
-        "pids-{}-{name}",
-        pods.resource_url().replace('/', "_")
-    ));
+    let file_name = format!("pids-{}-{name}", pods.resource_url().replace('/', "_"));
+    let file = sb.state_dir("node-a").join(&file_name);
     let _ = std::fs::remove_file(&file);
     let pod: Pod = serde_json::from_value(json!({"metadata": {"name": name},
-        "spec": {"terminationGracePeriodSeconds": grace,
+        "spec": {"terminationGracePeriodSeconds": grace, "nodeName": "node-a",
                  "containers": [{"name": "c", "image": image,
-                 "env": [{"name": "PIDFILE", "value": file.display().to_string()}]}]}}))
+                 "env": [{"name": "PIDFILE", "value": file_name}]}]}}))
     .unwrap();
     pods.create(&PostParams::default(), &pod).await.unwrap();
     let pids: Vec<u32> = eventually(15, &format!("{name} to write its PIDs"), || async {
@@ -369,8 +369,8 @@ async fn a_force_deleted_pod_stops_running() {
     let sb = start(&dir).await;
     let c = sb.client().unwrap();
     let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
-    let plain = pod_with_pids(&pods, &dir, "plain", "pids", 30).await;
-    let stubborn = pod_with_pids(&pods, &dir, "stubborn", "stubborn", 30).await;
+    let plain = pod_with_pids(&pods, &sb, "plain", "pids", 30).await;
+    let stubborn = pod_with_pids(&pods, &sb, "stubborn", "stubborn", 30).await;
     let now = DeleteParams::default().grace_period(0);
     pods.delete("plain", &now).await.unwrap();
     pods.delete("stubborn", &now).await.unwrap();
@@ -383,7 +383,7 @@ async fn a_force_deleted_pod_stops_running() {
     all_stop("the force-deleted pod", &plain).await;
     all_stop("the force-deleted pod ignoring TERM", &stubborn).await;
     // A pod made again under the name runs, untouched by the old one's end.
-    let next = pod_with_pids(&pods, &dir, "plain", "pids", 30).await;
+    let next = pod_with_pids(&pods, &sb, "plain", "pids", 30).await;
     assert!(next.iter().all(|p| !plain.contains(p)));
     tokio::time::sleep(Duration::from_secs(1)).await;
     let again = pods.get("plain").await.unwrap();
@@ -414,8 +414,8 @@ async fn the_pods_of_a_deleted_namespace_stop_running() {
             .flatten()
     })
     .await;
-    let plain = pod_with_pids(&pods, &dir, "plain", "pids", 30).await;
-    let stubborn = pod_with_pids(&pods, &dir, "stubborn", "stubborn", 3).await;
+    let plain = pod_with_pids(&pods, &sb, "plain", "pids", 30).await;
+    let stubborn = pod_with_pids(&pods, &sb, "stubborn", "stubborn", 3).await;
     namespaces
         .delete("doomed", &DeleteParams::default())
         .await

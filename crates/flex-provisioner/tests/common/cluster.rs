@@ -123,6 +123,28 @@ impl Cluster {
         }
     }
 
+    /// Whether pods get their volumes mounted (a real kubelet, or the sandbox run as root)
+    /// rather than linked (the sandbox otherwise, the simulated node of a real control plane).
+    pub fn mounts_volumes(&self) -> bool {
+        match &self.backend {
+            Backend::Sandbox(sb) => sb.mounts_volumes(),
+            Backend::Real(_) => false,
+            Backend::RealNode(_) => true,
+        }
+    }
+
+    /// The directory the pods of a node share as `$SANDBOX_STATE`, where test images keep
+    /// what a storage backend would (counters, probes).
+    pub fn state_dir(&self, node: &str) -> PathBuf {
+        match &self.backend {
+            Backend::Sandbox(sb) => sb.state_dir(node),
+            Backend::Real(r) => r.dir.join("state").join(node),
+            Backend::RealNode(_) => {
+                panic!("pods of the real node run real images, which keep no test state")
+            }
+        }
+    }
+
     /// Where the files of NFS export `server:path` live (what a pod mounting it sees).
     pub fn nfs_dir(&self, server: &str, path: &str) -> PathBuf {
         let base = match &self.backend {
@@ -251,8 +273,9 @@ fn wrapper(script: &Path, dir: &Path, node: &str, extra_path: &[PathBuf]) -> Str
     let quote = |p: &Path| format!("'{}'", p.display().to_string().replace('\'', "'\\''"));
     let path: Vec<String> = extra_path.iter().map(|p| quote(p)).collect();
     format!(
-        "#!/bin/sh\nSANDBOX_ROOT={root}\nSANDBOX_NODE={node}\nPATH={path}:\"$PATH\"\nexport SANDBOX_ROOT SANDBOX_NODE PATH\nmkdir -p \"$SANDBOX_ROOT\"\npython3 {mount} {kubeconfig} \"$SANDBOX_ROOT\" {nfs} >&2 || echo 'cannot link the pod volumes' >&2\nexec {script} \"$@\"\n",
+        "#!/bin/sh\nSANDBOX_ROOT={root}\nSANDBOX_STATE={state}\nSANDBOX_NODE={node}\nPATH={path}:\"$PATH\"\nexport SANDBOX_ROOT SANDBOX_STATE SANDBOX_NODE PATH\nmkdir -p \"$SANDBOX_ROOT\" \"$SANDBOX_STATE\"\npython3 {mount} {kubeconfig} \"$SANDBOX_ROOT\" {nfs} >&2 || echo 'cannot link the pod volumes' >&2\nexec {script} \"$@\"\n",
         root = quote(&dir.join("nodes").join(node)),
+        state = quote(&dir.join("state").join(node)),
         path = path.join(":"),
         mount = quote(&dir.join("mount.py")),
         kubeconfig = quote(&dir.join("kubeconfig")),

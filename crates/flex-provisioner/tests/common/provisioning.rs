@@ -60,7 +60,7 @@ fn images() -> Vec<(&'static str, String)> {
         (
             "flaky",
             format!(
-                "n=$(cat \"$SANDBOX_ROOT/flaky-$PVC_UID\" 2>/dev/null || echo 0)\necho $((n+1)) > \"$SANDBOX_ROOT/flaky-$PVC_UID\"\nif [ \"$n\" -lt 2 ]; then echo \"flaky: backend busy (try $n)\" > \"$TERMINATION_LOG\"; exit 1; fi\n{}",
+                "n=$(cat \"$SANDBOX_STATE/flaky-$PVC_UID\" 2>/dev/null || echo 0)\necho $((n+1)) > \"$SANDBOX_STATE/flaky-$PVC_UID\"\nif [ \"$n\" -lt 2 ]; then echo \"flaky: backend busy (try $n)\" > \"$TERMINATION_LOG\"; exit 1; fi\n{}",
                 make_pv("volumes")
             ),
         ),
@@ -69,7 +69,7 @@ fn images() -> Vec<(&'static str, String)> {
         (
             "grow-flaky",
             format!(
-                "if [ \"$ACTION\" = expand ]; then n=$(cat \"$SANDBOX_ROOT/grow-$PVC_UID\" 2>/dev/null || echo 0)\necho $((n+1)) > \"$SANDBOX_ROOT/grow-$PVC_UID\"\nif [ \"$n\" -lt 2 ]; then echo \"grow: pool busy (try $n)\" > \"$TERMINATION_LOG\"; exit 1; fi\nexit 0\nfi\n{}",
+                "if [ \"$ACTION\" = expand ]; then n=$(cat \"$SANDBOX_STATE/grow-$PVC_UID\" 2>/dev/null || echo 0)\necho $((n+1)) > \"$SANDBOX_STATE/grow-$PVC_UID\"\nif [ \"$n\" -lt 2 ]; then echo \"grow: pool busy (try $n)\" > \"$TERMINATION_LOG\"; exit 1; fi\nexit 0\nfi\n{}",
                 make_pv("volumes")
             ),
         ),
@@ -105,7 +105,7 @@ fn images() -> Vec<(&'static str, String)> {
         (
             "api-probe",
             format!(
-                "printf '%s' '{{\"apiVersion\":\"v1\",\"kind\":\"PersistentVolume\",\"metadata\":{{\"name\":\"planted\"}},\"spec\":{{\"capacity\":{{\"storage\":\"1Gi\"}},\"accessModes\":[\"ReadWriteOnce\"],\"hostPath\":{{\"path\":\"/\"}}}}}}' | kubectl create -f - > \"$SANDBOX_ROOT/probe-$PVC_UID\" 2>&1 && echo CREATED >> \"$SANDBOX_ROOT/probe-$PVC_UID\" || echo REFUSED >> \"$SANDBOX_ROOT/probe-$PVC_UID\"\n{}",
+                "printf '%s' '{{\"apiVersion\":\"v1\",\"kind\":\"PersistentVolume\",\"metadata\":{{\"name\":\"planted\"}},\"spec\":{{\"capacity\":{{\"storage\":\"1Gi\"}},\"accessModes\":[\"ReadWriteOnce\"],\"hostPath\":{{\"path\":\"/\"}}}}}}' | kubectl create -f - > \"$SANDBOX_STATE/probe-$PVC_UID\" 2>&1 && echo CREATED >> \"$SANDBOX_STATE/probe-$PVC_UID\" || echo REFUSED >> \"$SANDBOX_STATE/probe-$PVC_UID\"\n{}",
                 make_pv("volumes")
             ),
         ),
@@ -113,7 +113,7 @@ fn images() -> Vec<(&'static str, String)> {
         (
             "fail-delete",
             format!(
-                "if [ \"$ACTION\" = deprovision ]; then\n  n=$(cat \"$SANDBOX_ROOT/del-$PV_NAME\" 2>/dev/null || echo 0)\n  echo $((n+1)) > \"$SANDBOX_ROOT/del-$PV_NAME\"\n  if [ \"$n\" -lt 2 ]; then echo \"backend refuses to delete (try $n)\" > \"$TERMINATION_LOG\"; exit 1; fi\n  exit 0\nfi\n{}",
+                "if [ \"$ACTION\" = deprovision ]; then\n  n=$(cat \"$SANDBOX_STATE/del-$PV_NAME\" 2>/dev/null || echo 0)\n  echo $((n+1)) > \"$SANDBOX_STATE/del-$PV_NAME\"\n  if [ \"$n\" -lt 2 ]; then echo \"backend refuses to delete (try $n)\" > \"$TERMINATION_LOG\"; exit 1; fi\n  exit 0\nfi\n{}",
                 make_pv("volumes")
             ),
         ),
@@ -122,7 +122,7 @@ fn images() -> Vec<(&'static str, String)> {
         (
             "wrong-size",
             format!(
-                "if [ \"$ACTION\" = deprovision ]; then rm -f \"$SANDBOX_ROOT/storage-$PV_NAME\"; exit 0; fi\nif [ ! -e \"$SANDBOX_ROOT/small-$PVC_UID\" ]; then touch \"$SANDBOX_ROOT/small-$PVC_UID\" \"$SANDBOX_ROOT/storage-$PV_NAME\"\nprintf '%s' \"$PV_TEMPLATE\" | sed 's/\"storage\":\"[^\"]*\"/\"storage\":\"1Mi\"/; s/\"spec\":{{/\"spec\":{{\"hostPath\":{{\"path\":\"\\/volumes\\/small\"}},/' | kubectl create -f -\nexit 0\nfi\n{}",
+                "if [ \"$ACTION\" = deprovision ]; then rm -f \"$SANDBOX_STATE/storage-$PV_NAME\"; exit 0; fi\nif [ ! -e \"$SANDBOX_STATE/small-$PVC_UID\" ]; then touch \"$SANDBOX_STATE/small-$PVC_UID\" \"$SANDBOX_STATE/storage-$PV_NAME\"\nprintf '%s' \"$PV_TEMPLATE\" | sed 's/\"storage\":\"[^\"]*\"/\"storage\":\"1Mi\"/; s/\"spec\":{{/\"spec\":{{\"hostPath\":{{\"path\":\"\\/volumes\\/small\"}},/' | kubectl create -f -\nexit 0\nfi\n{}",
                 make_pv("volumes")
             ),
         ),
@@ -132,7 +132,7 @@ fn images() -> Vec<(&'static str, String)> {
         (
             "wrong-ref",
             format!(
-                "if [ ! -e \"$SANDBOX_ROOT/wrong-$PVC_UID\" ]; then touch \"$SANDBOX_ROOT/wrong-$PVC_UID\"\nprintf '{{\"apiVersion\":\"v1\",\"kind\":\"PersistentVolume\",\"metadata\":{{\"name\":\"%s\"}},\"spec\":{{\"capacity\":{{\"storage\":\"1Gi\"}},\"accessModes\":[\"ReadWriteOnce\"],\"storageClassName\":\"%s\",\"hostPath\":{{\"path\":\"/volumes/x\"}},\"claimRef\":{{\"namespace\":\"other\",\"name\":\"other\",\"uid\":\"%s\"}}}}}}' \"$PV_NAME\" \"$STORAGE_CLASS\" \"$PVC_UID\" | kubectl create -f -\nexit 0\nfi\n{}",
+                "if [ ! -e \"$SANDBOX_STATE/wrong-$PVC_UID\" ]; then touch \"$SANDBOX_STATE/wrong-$PVC_UID\"\nprintf '{{\"apiVersion\":\"v1\",\"kind\":\"PersistentVolume\",\"metadata\":{{\"name\":\"%s\"}},\"spec\":{{\"capacity\":{{\"storage\":\"1Gi\"}},\"accessModes\":[\"ReadWriteOnce\"],\"storageClassName\":\"%s\",\"hostPath\":{{\"path\":\"/volumes/x\"}},\"claimRef\":{{\"namespace\":\"other\",\"name\":\"other\",\"uid\":\"%s\"}}}}}}' \"$PV_NAME\" \"$STORAGE_CLASS\" \"$PVC_UID\" | kubectl create -f -\nexit 0\nfi\n{}",
                 make_pv("volumes")
             ),
         ),

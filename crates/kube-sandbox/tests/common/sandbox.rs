@@ -25,7 +25,13 @@ pub const IMAGES: &[(&str, &str)] = &[
     ("sleep", "trap 'exit 143' TERM\nsleep 60 &\nwait $!"),
     (
         "env",
-        "env | sort > \"$SANDBOX_ROOT/env-$HOSTNAME\"\nexit 0",
+        "env | sort > \"$SANDBOX_STATE/env-$HOSTNAME\"\nexit 0",
+    ),
+    // Says what its volume at /data holds, and what a link in it named `escape` leads to;
+    // leaves its name in the volume, and stays up for $HOLD seconds.
+    (
+        "look",
+        "d=\"$SANDBOX_ROOT/data\"\n{ cat \"$d/own\"; cat \"$d/escape/secret\" 2>/dev/null || echo ' no-escape'; } > \"$TERMINATION_LOG\"\necho \"$HOSTNAME\" > \"$d/written-by-$HOSTNAME\"\nsleep \"${HOLD:-0}\"",
     ),
 ];
 
