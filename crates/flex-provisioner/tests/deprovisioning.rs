@@ -11,6 +11,8 @@ use serde_json::json;
 
 /// A hostpath class: a directory per claim under /srv/volumes on the node.
 async fn hostpath_class(sb: &common::cluster::Cluster, name: &str, reclaim: &str) {
+    // Its Jobs mount a node directory, which the config namespace must allow.
+    common::provisioning::allow_privileged_jobs(sb).await;
     let client = sb.client().unwrap();
     let sc = json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": name},
         "provisioner": "flex-provisioner.io/job", "reclaimPolicy": reclaim, "volumeBindingMode": "WaitForFirstConsumer"});
