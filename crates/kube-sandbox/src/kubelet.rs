@@ -46,6 +46,9 @@ fn make_sub_path(volume: &Path, sub: &str) -> Result<(), String> {
     let _ = std::fs::create_dir_all(volume);
     let inside = std::fs::canonicalize(volume).unwrap_or_else(|_| volume.to_path_buf());
     let mut p = volume.to_path_buf();
+    if sub.starts_with('/') {
+        return Err(format!("subpath {sub:?} must be a relative path"));
+    }
     for component in sub.split('/').filter(|c| !c.is_empty()) {
         if component == ".." {
             return Err(format!("subpath {sub:?} must not contain '..'"));
@@ -125,7 +128,11 @@ struct Prepared {
     name: String,
     program: PathBuf,
     args: Vec<String>,
+    /// The container's environment.
     env: Vec<(String, String)>,
+    /// What the started process gets instead, when it is not the container's program itself
+    /// (the set-up of a root of its own, which hands `env` on to the program).
+    launch_env: Option<Vec<(String, String)>>,
     fallback_to_logs: bool,
 }
 
@@ -162,6 +169,12 @@ impl Kubelet {
 
     pub fn node_root(&self, node: &str) -> PathBuf {
         self.work_dir.join("nodes").join(node)
+    }
+
+    /// The directory a pod's containers have as their root (or their volumes linked under):
+    /// outside the pod's own directory, which its containers may write.
+    fn pod_root(&self, pod: &Value) -> PathBuf {
+        self.work_dir.join("roots").join(uid_of(pod))
     }
 
     /// What the pods of `node` see as `$SANDBOX_STATE`.
@@ -533,7 +546,7 @@ impl Kubelet {
         let name = c["name"].as_str().unwrap_or_default().to_owned();
         let term = pod_dir.join(format!("{name}.termination-log"));
         let kubeconfig = self.pod_kubeconfig(pod, pod_dir);
-        let pod_root = pod_dir.join("root");
+        let pod_root = self.pod_root(pod);
         let sandbox_root = match self.isolation {
             mounts::Isolation::Namespaced => String::new(),
             mounts::Isolation::Linked => pod_root.display().to_string(),
@@ -579,10 +592,9 @@ impl Kubelet {
             }
         };
         let image_dir = program.parent().map(Path::to_path_buf);
-        let runnable = capabilities::resolves(&program, &env_value(&env, "PATH"));
         let (mut program, mut args) = capabilities::confine(c, program, args, &env)?;
-        // A program that cannot be found starts as it is, and fails as before.
-        if self.isolation == mounts::Isolation::Namespaced && runnable {
+        let mut launch_env = None;
+        if self.isolation == mounts::Isolation::Namespaced {
             let same_place = |p: &Path, read_only| mounts::Mount {
                 source: p.to_path_buf(),
                 target: p.display().to_string(),
@@ -611,13 +623,19 @@ impl Kubelet {
             let _ = std::fs::create_dir_all(pod_dir.join("tmp"));
             let _ = std::fs::create_dir_all(&pod_root);
             all.extend(volumes.iter().cloned());
-            (program, args) = mounts::namespaced(&pod_root, pod_dir, all, program, args);
+            (program, args) = mounts::namespaced(&pod_root, pod_dir, all, &program, &args, &env);
+            launch_env = Some(
+                mounts::setup_env()
+                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                    .into(),
+            );
         }
         Ok(Prepared {
             name,
             program,
             args,
             env,
+            launch_env,
             fallback_to_logs: c["terminationMessagePolicy"] == "FallbackToLogsOnError",
         })
     }
@@ -686,6 +704,25 @@ impl Kubelet {
             let Some(mut source) = self.backing_dir(v, pod, pod_dir, &root) else {
                 continue;
             };
+            // The API server refuses such paths; the sandbox does not validate pods, so its
+            // kubelet refuses any that would reach past the node's, the exports' or the pod's
+            // own directories.
+            let inside = [&root, &self.work_dir.join("nfs"), &pod_dir.to_path_buf()]
+                .iter()
+                .any(|base| source.starts_with(base));
+            if !inside
+                || source
+                    .components()
+                    .any(|c| c == std::path::Component::ParentDir)
+            {
+                return Err(Waiting {
+                    reason: "CreateContainerConfigError",
+                    message: format!(
+                        "volume \"{}\" must not name a path with '..' or outside its place",
+                        v["name"].as_str().unwrap_or_default()
+                    ),
+                });
+            }
             let mut target = m["mountPath"].as_str().unwrap_or_default().to_owned();
             // A subPath is a directory inside the volume, made when missing, as a kubelet
             // makes it.
@@ -784,7 +821,7 @@ impl Kubelet {
             (mounted, _) => mounted.unwrap_or_default(),
         };
         if self.isolation == mounts::Isolation::Linked {
-            mounts::link(&pod_dir.join("root"), &volumes);
+            mounts::link(&self.pod_root(&pod), &volumes);
         }
         let mut prepared = Vec::new();
         for c in &containers {
@@ -921,7 +958,13 @@ impl Kubelet {
         let mut cmd = std::process::Command::new(&p.program);
         cmd.args(&p.args)
             .env_clear()
-            .envs(p.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .envs(
+                p.launch_env
+                    .as_ref()
+                    .unwrap_or(&p.env)
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str())),
+            )
             .current_dir(term_path.parent().unwrap_or(Path::new("/")))
             .stdin(Stdio::null())
             .stdout(writer)
@@ -978,7 +1021,14 @@ impl Kubelet {
             Err(_) => 128,
         };
         // The kubelet keeps at most 4096 bytes of a termination message file.
-        let mut message = std::fs::read(&term_path)
+        // Only a file the container wrote: never a link it left there for the host to follow.
+        let written = std::fs::symlink_metadata(&term_path).is_ok_and(|m| m.is_file());
+        let read = if written {
+            std::fs::read(&term_path)
+        } else {
+            Err(std::io::ErrorKind::NotFound.into())
+        };
+        let mut message = read
             .map(|mut b| {
                 b.truncate(MAX_TERMINATION_MESSAGE_BYTES);
                 String::from_utf8_lossy(&b).into_owned()
@@ -1057,13 +1107,6 @@ fn signal(pgid: u32, sig: &str) {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status();
-}
-
-fn env_value(env: &[(String, String)], name: &str) -> String {
-    env.iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.clone())
-        .unwrap_or_default()
 }
 
 fn decode_base64(s: &str) -> Option<String> {

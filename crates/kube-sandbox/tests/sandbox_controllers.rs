@@ -404,6 +404,55 @@ async fn each_pod_sees_only_its_own_volumes_and_links_resolve_inside_it() {
     assert!(root.join("vols/a/written-by-first").exists());
 }
 
+/// Paths in a pod that would lead the sandbox's kubelet, which runs as root, to the host: a
+/// subPath of `/` (the API server refuses it; the sandbox does not validate pods) and a
+/// termination message file swapped for a link to a host file.
+#[tokio::test]
+async fn a_pods_paths_never_lead_the_kubelet_to_the_host() {
+    let sb = start().await;
+    let pods: Api<Pod> = Api::namespaced(sb.client().unwrap(), "default");
+    let whole: Pod = serde_json::from_value(json!({"metadata": {"name": "whole"},
+        "spec": {"nodeName": "node-a", "restartPolicy": "Never",
+            "volumes": [{"name": "v", "emptyDir": {}}],
+            "containers": [{"name": "c", "image": "look",
+                "volumeMounts": [{"name": "v", "mountPath": "/data", "subPath": "/"}]}]}}))
+    .unwrap();
+    pods.create(&PostParams::default(), &whole).await.unwrap();
+    let waiting = eventually(15, "the subPath to be refused", || async {
+        let p = pods.get("whole").await.ok()?;
+        p.status?
+            .container_statuses?
+            .first()?
+            .state
+            .clone()?
+            .waiting
+    })
+    .await;
+    assert_eq!(
+        waiting.reason.as_deref(),
+        Some("CreateContainerConfigError")
+    );
+    assert!(
+        waiting
+            .message
+            .unwrap_or_default()
+            .contains("relative path"),
+        "says why"
+    );
+
+    let secret = sb.state_dir("node-a").join("host-secret");
+    std::fs::create_dir_all(secret.parent().unwrap()).unwrap();
+    std::fs::write(&secret, "host-secret").unwrap();
+    let linker: Pod = serde_json::from_value(json!({"metadata": {"name": "linker"},
+        "spec": {"nodeName": "node-a", "restartPolicy": "Never",
+            "containers": [{"name": "c", "image": "link-log",
+                "env": [{"name": "TARGET", "value": secret.display().to_string()}]}]}}))
+    .unwrap();
+    pods.create(&PostParams::default(), &linker).await.unwrap();
+    let message = looked(&pods, "linker").await;
+    assert!(!message.contains("host-secret"), "{message}");
+}
+
 fn class(name: &str, binding: &str) -> StorageClass {
     serde_json::from_value(
         json!({"metadata": {"name": name}, "provisioner": "example.com/ext",

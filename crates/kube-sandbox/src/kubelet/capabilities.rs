@@ -161,7 +161,7 @@ fn setpriv() -> Option<PathBuf> {
 }
 
 /// Whether `program` names an executable: a path as it is, a bare name on `path`.
-pub(super) fn resolves(program: &Path, path: &str) -> bool {
+fn resolves(program: &Path, path: &str) -> bool {
     if program.components().count() > 1 {
         return super::is_executable(program);
     }

@@ -22,23 +22,55 @@ const CAP_SYS_CHROOT: u32 = 18;
 const CAP_SYS_ADMIN: u32 = 21;
 
 impl Isolation {
-    /// Namespaced when this process may mount and chroot and `unshare` is installed.
+    /// Namespaced when this process may mount and chroot and a trial container (the whole
+    /// set-up, running `true`) starts: an older util-linux without `unshare --root`, or a
+    /// host that refuses a `/proc` mount, falls back to links. Tried once per process.
     pub(super) fn of_this_process() -> Self {
-        let eff = std::fs::read_to_string("/proc/self/status")
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("CapEff:"))
-                    .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-            })
-            .unwrap_or(0);
-        let needed = (1 << CAP_SYS_ADMIN) | (1 << CAP_SYS_CHROOT);
-        if eff & needed == needed && unshare().is_some() {
-            Isolation::Namespaced
-        } else {
-            Isolation::Linked
-        }
+        static FOUND: std::sync::OnceLock<Isolation> = std::sync::OnceLock::new();
+        *FOUND.get_or_init(|| {
+            let eff = std::fs::read_to_string("/proc/self/status")
+                .ok()
+                .and_then(|s| {
+                    s.lines()
+                        .find_map(|l| l.strip_prefix("CapEff:"))
+                        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+                })
+                .unwrap_or(0);
+            let needed = (1 << CAP_SYS_ADMIN) | (1 << CAP_SYS_CHROOT);
+            if eff & needed == needed && trial_starts() {
+                Isolation::Namespaced
+            } else {
+                Isolation::Linked
+            }
+        })
     }
+}
+
+/// Whether a container with a root of its own starts here.
+fn trial_starts() -> bool {
+    let root = std::env::temp_dir().join(format!("sandbox-mount-trial-{}", std::process::id()));
+    if std::fs::create_dir_all(&root).is_err() {
+        return false;
+    }
+    let (program, args) = namespaced(
+        &root,
+        Path::new("/"),
+        Vec::new(),
+        "true",
+        &[],
+        &[("PATH".into(), "/usr/bin:/bin".into())],
+    );
+    let started = std::process::Command::new(program)
+        .args(args)
+        .env_clear()
+        .envs(setup_env())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    let _ = std::fs::remove_dir_all(&root);
+    started
 }
 
 /// One volume (or one `subPath` of it) as a container sees it.
@@ -66,10 +98,9 @@ const SYSTEM_DIRS: &[&str] = &[
 /// runc refuses one.
 const SETUP: &str = r#"set -eu
 root=$1; wd=$2; shift 2
-pod_path=$PATH
-PATH=/usr/sbin:/usr/bin:/sbin:/bin
 real_root=$(realpath "$root")
 fail() { echo "sandbox: cannot mount $1: $2" >&2; exit 128; }
+[ -d "$root" ] && [ ! -L "$root" ] || fail / "the container's root is not a directory"
 for d in SYSTEM_DIRS; do
   if [ -L "/$d" ]; then
     [ -L "$root/$d" ] || ln -s "$(readlink "/$d")" "$root/$d"
@@ -107,19 +138,25 @@ while [ "$1" != -- ]; do
   if [ "$mode" = ro ]; then mount -o remount,bind,ro "$root$dst"; fi
 done
 shift
-PATH=$pod_path
 exec unshare --root "$root" --wd "$wd" -- "$@"
 "#;
 
-/// The program and arguments that start `program` in a mount namespace of its own, chrooted
-/// into `root` (a directory of the pod's own), in `workdir`, with `mounts` in place:
-/// volumes first sorted so that a mount inside another's path comes after it.
+/// The environment the set-up runs with: none of the pod's, which reaches only its program.
+pub(super) fn setup_env() -> [(&'static str, &'static str); 1] {
+    [("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")]
+}
+
+/// The program and arguments that start `program` (with `args`, and `env` as its whole
+/// environment) in a mount namespace of its own, chrooted into `root`, in `workdir`, with
+/// `mounts` in place, sorted so that a mount inside another's path comes after it. The
+/// command runs with [`setup_env`].
 pub(super) fn namespaced(
     root: &Path,
     workdir: &Path,
     mut mounts: Vec<Mount>,
-    program: PathBuf,
-    args: Vec<String>,
+    program: impl AsRef<std::ffi::OsStr>,
+    args: &[String],
+    env: &[(String, String)],
 ) -> (PathBuf, Vec<String>) {
     mounts.sort_by_key(|m| Path::new(&m.target).components().count());
     let setup = SETUP.replace("SYSTEM_DIRS", &SYSTEM_DIRS.join(" "));
@@ -140,9 +177,10 @@ pub(super) fn namespaced(
         all.push(m.source.display().to_string());
         all.push(m.target);
     }
-    all.push("--".to_owned());
-    all.push(program.display().to_string());
-    all.extend(args);
+    all.extend(["--", "/usr/bin/env", "-i", "--"].map(str::to_owned));
+    all.extend(env.iter().map(|(k, v)| format!("{k}={v}")));
+    all.push(program.as_ref().to_string_lossy().into_owned());
+    all.extend(args.iter().cloned());
     (unshare().unwrap_or_else(|| PathBuf::from("unshare")), all)
 }
 
@@ -173,25 +211,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn mounts_are_passed_outermost_first_then_the_program() {
+    fn mounts_are_passed_outermost_first_then_the_program_with_its_environment() {
         let m = |t: &str, ro| Mount {
             source: PathBuf::from(format!("/src{t}")),
             target: t.to_owned(),
             read_only: ro,
         };
         let (program, args) = namespaced(
-            Path::new("/pods/u/root"),
+            Path::new("/roots/u"),
             Path::new("/pods/u"),
             vec![m("/volumes/ns/claim", false), m("/volumes", true)],
-            PathBuf::from("/images/hostpath/entrypoint"),
-            vec!["x".into()],
+            "/images/hostpath/entrypoint",
+            &["x".into()],
+            &[("ACTION".into(), "provision".into())],
         );
         assert!(program.ends_with("unshare"), "{program:?}");
         let after_script = args.iter().position(|a| a == "sandbox-mounts").unwrap();
         assert_eq!(
             args[after_script + 1..],
             [
-                "/pods/u/root",
+                "/roots/u",
                 "/pods/u",
                 "ro",
                 "/src/volumes",
@@ -200,6 +239,10 @@ mod tests {
                 "/src/volumes/ns/claim",
                 "/volumes/ns/claim",
                 "--",
+                "/usr/bin/env",
+                "-i",
+                "--",
+                "ACTION=provision",
                 "/images/hostpath/entrypoint",
                 "x"
             ]

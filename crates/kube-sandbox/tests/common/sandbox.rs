@@ -27,6 +27,11 @@ pub const IMAGES: &[(&str, &str)] = &[
         "env",
         "env | sort > \"$SANDBOX_STATE/env-$HOSTNAME\"\nexit 0",
     ),
+    // Leaves its termination message file as a link to $TARGET.
+    (
+        "link-log",
+        "ln -sf \"$TARGET\" \"$TERMINATION_LOG\"\nexit 1",
+    ),
     // Says what its volume at /data holds, and what a link in it named `escape` leads to;
     // leaves its name in the volume, and stays up for $HOLD seconds.
     (
