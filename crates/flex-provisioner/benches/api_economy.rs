@@ -10,7 +10,7 @@
 //! holding its own ServiceAccount's token. Either way the controller runs as its own process
 //! (the release binary), as deploy/'s Deployment runs it.
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/e2e/common/mod.rs"]
 mod common;
 #[path = "support/controller_process.rs"]
 mod process;

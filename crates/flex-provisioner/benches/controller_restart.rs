@@ -10,7 +10,7 @@
 
 use process::{cpu_seconds, http_ok, memory_mib, settle};
 
-#[path = "../tests/common/populate.rs"]
+#[path = "../tests/e2e/common/populate.rs"]
 mod populate;
 #[path = "support/controller_process.rs"]
 mod process;

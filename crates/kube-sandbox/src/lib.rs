@@ -31,6 +31,7 @@ mod server;
 pub mod status;
 pub mod store;
 mod tables;
+pub mod testing;
 pub mod tls;
 mod validation;
 pub mod watch;

@@ -1,4 +1,0 @@
-//! Helpers shared by the sandbox's integration tests.
-
-pub mod kubectl;
-pub mod sandbox;
