@@ -269,6 +269,7 @@ pub fn assert_pv_valid(pv: &PersistentVolume) {
 
 pub mod burst_timing;
 pub mod cluster;
+pub mod hostile;
 pub mod populate;
 pub mod provisioning;
 // The sandbox crate's own test helpers (starting a sandbox, waiting for conditions).
