@@ -112,7 +112,9 @@ async fn bad_reports_fail_the_attempt_and_make_no_pv() {
         );
     }
     // Given up for good: one Job each, and no PV at all.
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    for name in ["two", "broken", "strict"] {
+        given_up(&sb, name, 30).await;
+    }
     let by_claim = provision_jobs_by_claim(&sb).await;
     assert_eq!(by_claim.len(), 3, "{by_claim:?}");
     assert!(by_claim.values().all(|j| j.len() == 1), "{by_claim:?}");

@@ -292,7 +292,7 @@ async fn a_permanent_exit_code_stops_retries_and_shows_the_pod_message() {
         message.contains("perm: pool gold does not exist"),
         "{message}"
     );
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    given_up(&sb, "data", 30).await;
     assert_eq!(
         jobs(&sb).await.len(),
         1,
@@ -563,7 +563,12 @@ async fn a_claim_deleted_while_its_job_runs_starts_nothing_new() {
     .await
     .unwrap();
     provisioning_complete(&sb, 20).await;
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    // The sign that the controller looked at the finished attempt: its volume is taken for
+    // deprovisioning.
+    eventually(60, "the late volume's deprovision Job", || async {
+        (!jobs_of(&sb, "deprovision").await.is_empty()).then_some(())
+    })
+    .await;
     let provisioning = jobs_of(&sb, "provision").await.len();
     assert_eq!(
         provisioning, 1,

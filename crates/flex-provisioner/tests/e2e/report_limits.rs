@@ -83,7 +83,9 @@ async fn a_report_outside_the_class_declaration_gets_no_pv_and_one_job() {
         assert!(m.contains("no PersistentVolume is created"), "{kind}: {m}");
     }
     // Permanent: the image would report the same again, so no second Job.
-    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    for (kind, _, _) in REPORTS {
+        given_up(&sb, kind, 30).await;
+    }
     let by_claim = provision_jobs_by_claim(&sb).await;
     assert_eq!(by_claim.len(), REPORTS.len());
     assert!(

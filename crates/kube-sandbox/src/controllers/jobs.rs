@@ -431,22 +431,7 @@ impl Jobs {
 
     /// Deletes a finished Job (foreground, so its pods go first) once its TTL has passed.
     async fn expire(&self, api: &Api, job: &Value) {
-        let Some(ttl) = job["spec"]["ttlSecondsAfterFinished"].as_f64() else {
-            return;
-        };
-        let finished_at = job["status"]["completionTime"]
-            .as_str()
-            .map(str::to_owned)
-            .or_else(|| {
-                job["status"]["conditions"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .find(|c| c["type"] == "Failed")
-                    .and_then(|c| c["lastTransitionTime"].as_str().map(str::to_owned))
-            });
-        let Some(at) = finished_at else { return };
-        if ids::seconds_since(&at).is_some_and(|s| s >= ttl) {
+        if expired(job) {
             let opts = DeleteOpts {
                 propagation: Some("Foreground".into()),
                 ..Default::default()
@@ -455,6 +440,24 @@ impl Jobs {
             let _ = api.delete(self.jobs, ns_of(job), name_of(job), &opts);
         }
     }
+}
+
+/// Whether a finished Job's ttlSecondsAfterFinished has passed.
+fn expired(job: &Value) -> bool {
+    let Some(ttl) = job["spec"]["ttlSecondsAfterFinished"].as_f64() else {
+        return false;
+    };
+    let finished_at = job["status"]["completionTime"].as_str().or_else(|| {
+        job["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "Failed")
+            .and_then(|c| c["lastTransitionTime"].as_str())
+    });
+    finished_at
+        .and_then(ids::seconds_since)
+        .is_some_and(|s| s >= ttl)
 }
 
 pub async fn run(api: Arc<Api>, base_backoff: Duration, throttle: Throttle) {
@@ -486,13 +489,15 @@ pub async fn run(api: Arc<Api>, base_backoff: Duration, throttle: Throttle) {
                     own.into_iter().chain(owners)
                 })
                 .collect();
-            // A resync is for time-based work (backoff, deadline, TTL); a finished Job without
-            // a TTL has none, and the changes of its pods touch it when it has work.
+            // A resync is for time-based work (backoff, deadline, TTL); a finished Job has
+            // none until its TTL has passed, and the changes of its pods touch it when it has
+            // work. Copying every finished Job at each resync made a burst's cost grow with
+            // the square of its Jobs.
             let resync = changes.is_empty();
             let wanted = |j: &Value| {
                 if resync {
                     let finished = condition_true(j, "Complete") || condition_true(j, "Failed");
-                    !finished || is_deleting(j) || !j["spec"]["ttlSecondsAfterFinished"].is_null()
+                    !finished || is_deleting(j) || expired(j)
                 } else {
                     uids.contains(uid_of(j))
                 }

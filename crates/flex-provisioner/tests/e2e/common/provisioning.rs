@@ -362,6 +362,24 @@ pub async fn wait_event(
     .await
 }
 
+/// Waits until the controller has recorded on claim `claim` (in `default`) that it gave up
+/// on its inputs: the sign that it judged the last attempt, after which no Job may follow
+/// until the claim or its configuration changes.
+pub async fn given_up(sb: &Cluster, claim: &str, secs: u64) {
+    let claims = Api::<PersistentVolumeClaim>::namespaced(sb.client().unwrap(), "default");
+    eventually(
+        secs,
+        &format!("{claim} to be recorded as given up"),
+        || async {
+            let c = claims.get(claim).await.ok()?;
+            c.annotations()
+                .contains_key(flex_core::plan::claim::ANN_GAVE_UP)
+                .then_some(())
+        },
+    )
+    .await
+}
+
 /// The Jobs of one action (`provision` or `deprovision`) in the test's config namespace.
 pub async fn jobs_of(sb: &Cluster, action: &str) -> Vec<Job> {
     jobs(sb)
