@@ -142,8 +142,14 @@ fn names(list: &Value) -> Result<Vec<String>, String> {
 }
 
 /// Whether this process may reduce a child's bounding set (it holds CAP_SETPCAP, as root
-/// does). Read from /proc/self/status; false where that cannot be read.
+/// does).
 fn can_reduce_bounding_set() -> bool {
+    effective() & (1 << CAP_SETPCAP) != 0
+}
+
+/// This process's effective capabilities, read from /proc/self/status; none where that
+/// cannot be read.
+pub(super) fn effective() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -151,7 +157,7 @@ fn can_reduce_bounding_set() -> bool {
                 .find_map(|l| l.strip_prefix("CapEff:"))
                 .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
         })
-        .is_some_and(|eff| eff & (1 << CAP_SETPCAP) != 0)
+        .unwrap_or(0)
 }
 
 /// The setpriv executable: on this process's PATH, else in /usr/bin or /bin.

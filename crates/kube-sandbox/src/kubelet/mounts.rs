@@ -28,16 +28,8 @@ impl Isolation {
     pub(super) fn of_this_process() -> Self {
         static FOUND: std::sync::OnceLock<Isolation> = std::sync::OnceLock::new();
         *FOUND.get_or_init(|| {
-            let eff = std::fs::read_to_string("/proc/self/status")
-                .ok()
-                .and_then(|s| {
-                    s.lines()
-                        .find_map(|l| l.strip_prefix("CapEff:"))
-                        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-                })
-                .unwrap_or(0);
             let needed = (1 << CAP_SYS_ADMIN) | (1 << CAP_SYS_CHROOT);
-            if eff & needed == needed && trial_starts() {
+            if super::capabilities::effective() & needed == needed && trial_starts() {
                 Isolation::Namespaced
             } else {
                 Isolation::Linked
