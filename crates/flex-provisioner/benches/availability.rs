@@ -19,7 +19,7 @@ mod common;
 use std::time::Duration;
 
 use common::burst_timing::BurstTimes;
-use common::hostile::{Comparison, WORKERS, four_billion_beside_a_standby, twenty_held_mid_job};
+use common::hostile::{Comparison, four_billion_beside_a_standby, twenty_held_mid_job};
 use common::provisioning::sandbox;
 
 fn env_number(name: &str, default: u64) -> u64 {
@@ -61,7 +61,7 @@ fn main() {
     let runs = env_number("RUNS", 3);
     let slack = Duration::from_secs(env_number("SLACK", 10));
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(WORKERS)
+        .worker_threads(4)
         .enable_all()
         .build()
         .unwrap();

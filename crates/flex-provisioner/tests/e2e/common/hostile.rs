@@ -20,11 +20,6 @@ use super::sandbox::eventually;
 
 const CLAIM_UID: &str = flex_core::names::LABEL_CLAIM_UID;
 
-/// One claim per worker of the runtime the scenarios run the controller on (the tests' and
-/// the benchmark's): together the hostile claims could pin every worker if a plan's work
-/// grew with their number.
-pub const WORKERS: usize = 4;
-
 /// A burst alone, and the same burst beside hostile claims.
 pub struct Comparison {
     pub alone: BurstTimes,
@@ -214,10 +209,11 @@ pub async fn four_billion_beside_a_standby(sb: &Cluster) -> Comparison {
     class(sb, "fast", "Immediate", "make-pv", json!({})).await;
     class(sb, "broken", "Immediate", "fails", json!({})).await;
     let alone = timed_burst(sb, "a", 20, "fast").await;
-    // One per worker of this test's runtime (the controller's): together they could pin
-    // every worker if a plan's work grew with the number.
+    // One per worker of the runtime the controller runs on (the test's or the benchmark's):
+    // together they could pin every worker if a plan's work grew with the number.
     let mut hostile = Vec::new();
-    for i in 0..WORKERS {
+    let workers = tokio::runtime::Handle::current().metrics().num_workers();
+    for i in 0..workers {
         let name = format!("four-billion-{i}");
         let c = create_claim(
             sb,
