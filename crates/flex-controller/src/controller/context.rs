@@ -81,6 +81,22 @@ impl Context {
         self.readiness.open_when_synced(stores).await;
     }
 
+    /// The class's configuration; a ConfigMap's problems are told (on it, and counted) the
+    /// first time its version is read.
+    pub async fn config_of(&self, class: &str) -> super::configs::Resolved {
+        let (resolved, report) = self.configs.resolve(
+            class,
+            &self.opts.parse_options(),
+            &self.caches.classes,
+            &self.caches.config_maps,
+            &self.opts.config_namespaces,
+        );
+        if let Some(r) = report {
+            self.apply.tell_config_problems(class, &r).await;
+        }
+        resolved
+    }
+
     /// What both controllers do with a failed reconcile, by kind of error (see `retry`): a
     /// conflict re-plans at once; a missing permission or object is said on the object and
     /// retried after minutes; server trouble backs off exponentially per object, and so

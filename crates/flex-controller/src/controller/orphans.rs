@@ -6,15 +6,15 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
-use kube::api::{Api, ListParams};
+use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use super::context::Context;
-use flex_core::names::{LABEL_ACTION, LABEL_CLAIM_UID, LABEL_VOLUME};
-use flex_core::plan::orphan::{Confirmed, OrphanStep, is_candidate, plan_orphan};
-use flex_core::plan::reasons;
+use super::reads;
+use flex_core::names::{LABEL_CLAIM_UID, LABEL_VOLUME};
+use flex_core::plan::orphan::{OrphanRead, OrphanStep, is_candidate, plan_orphan};
+use flex_core::plan::{Ask, Decision, reasons};
 
 /// How long a succeeded Job's report is waited for in the pod cache.
 const REPORT_WAIT: Duration = Duration::from_secs(60);
@@ -76,6 +76,45 @@ pub(super) async fn run(jobs: impl Stream<Item = Result<Job, watcher::Error>>, c
         .await;
 }
 
+/// A Job that may be an orphan, and its pods as cached.
+struct Candidate<'a> {
+    ctx: &'a Context,
+    job: &'a Job,
+    claim_uid: &'a str,
+    volume: &'a str,
+    cached: Vec<Arc<Pod>>,
+}
+
+impl super::drive::Pipeline for Candidate<'_> {
+    /// What was read, and the pods as the API server has them once asked.
+    type Read = (OrphanRead, Option<Vec<Pod>>);
+    type Plan = OrphanStep;
+
+    fn plan(&self, (read, pods): &Self::Read) -> Decision<OrphanStep> {
+        let pods: Vec<&Pod> = match pods {
+            Some(read) => read.iter().collect(),
+            None => self.cached.iter().map(AsRef::as_ref).collect(),
+        };
+        plan_orphan(self.job, &pods, read)
+    }
+
+    async fn answer(&self, ask: &Ask, (read, pods): &mut Self::Read) -> crate::Result<bool> {
+        let (ctx, uid) = (self.ctx, self.claim_uid);
+        match ask {
+            Ask::Traces => {
+                let traces = reads::orphan_traces(ctx, self.job, uid, self.volume).await?;
+                read.traces = Some(traces);
+            }
+            Ask::Pods { namespace } => {
+                *pods = Some(reads::claims_pods(ctx, namespace, uid).await?);
+                read.pods_confirmed = true;
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
 /// Cheap on the cache first: only a candidate whose claim is gone or leaving and whose PV
 /// the cache does not show costs reads. `Some(wait)`: look into it again after `wait` (its
 /// report is not in the pod cache yet), within `REPORT_WAIT` of `since`.
@@ -89,7 +128,6 @@ async fn look_into(
     if claim_uid.is_empty() || volume.is_empty() || !is_candidate(job) {
         return Ok(None);
     }
-    let in_time = since.elapsed() < REPORT_WAIT;
     // The Job names its claim; the one cached under that name counts only with the uid. A
     // claim being deleted is not waited out: a user's finalizer may hold it past the Job's
     // TTL, and with the Job (and its pod's report) gone nothing would name the storage.
@@ -97,47 +135,33 @@ async fn look_into(
     let claim = super::caches::claim_ref_of(job.meta().annotations.as_ref())
         .and_then(|r| ctx.caches.claim(r.namespace.as_deref()?, &r.name))
         .filter(|c| c.uid().as_deref() == Some(claim_uid.as_str()));
-    if claim.is_some_and(|c| c.metadata.deletion_timestamp.is_none()) {
-        return Ok(None);
-    }
-    let pv_cached = ctx
-        .caches
-        .volumes
+    let pv_cached = (ctx.caches.volumes)
         .get(&kube::runtime::reflector::ObjectRef::new(&volume))
         .is_some();
-    if pv_cached {
+    if claim.is_some_and(|c| c.metadata.deletion_timestamp.is_none()) || pv_cached {
         return Ok(None);
     }
-    let confirmed = confirm(ctx, job, &claim_uid, &volume)
-        .await
-        .map_err(crate::Error::read(format!(
-            "the claim and volume of Job {}",
-            job.name_any()
-        )))?;
-    let pods = ctx.caches.pods_by(&super::caches::by_claim(&claim_uid));
-    // Past the wait, the report is looked for where the API server has it: a pod watch
-    // that lags under load must not make storage look lost.
-    let read = if in_time {
-        Vec::new()
-    } else {
-        let namespace = job.namespace().unwrap_or_default();
-        super::reconcile::claims_pods(ctx, &namespace, &claim_uid).await?
+    let candidate = Candidate {
+        ctx,
+        job,
+        claim_uid: &claim_uid,
+        volume: &volume,
+        cached: ctx.caches.pods_by(&super::caches::by_claim(&claim_uid)),
     };
-    let pod_refs: Vec<&Pod> = if in_time {
-        pods.iter().map(AsRef::as_ref).collect()
-    } else {
-        read.iter().collect()
+    let in_time = since.elapsed() < REPORT_WAIT;
+    let mut read = (
+        OrphanRead {
+            report_wait_over: !in_time,
+            ..OrphanRead::default()
+        },
+        None,
+    );
+    let Ok(step) = super::drive::decide(&candidate, &mut read).await? else {
+        return Ok(None);
     };
-    match plan_orphan(job, &pod_refs, confirmed) {
+    match step {
         OrphanStep::Nothing => Ok(None),
-        OrphanStep::AwaitReport if in_time => Ok(Some(RECHECK)),
-        OrphanStep::AwaitReport => {
-            let message = "its claim was deleted while it ran, and its pod's report is gone: what the image made cannot be cleaned up automatically; remove it by hand";
-            ctx.apply
-                .event(&job.object_ref(&()), true, reasons::FAILED, message)
-                .await;
-            Ok(None)
-        }
+        OrphanStep::AwaitReport => Ok(Some(RECHECK)),
         OrphanStep::BadReport(message) => {
             ctx.apply
                 .event(&job.object_ref(&()), true, reasons::FAILED, &message)
@@ -156,12 +180,7 @@ async fn look_into(
             // Its record now, from the Job that holds the recipe: a claim held by a user's
             // finalizer may outlive the Job (its TTL), and a volume released without a
             // record is kept, not deprovisioned.
-            let made = ctx
-                .apply
-                .volumes()
-                .get_opt(&volume)
-                .await
-                .map_err(crate::Error::read(format!("volume {volume}")))?;
+            let made = reads::volume(ctx, &volume).await?;
             if let Some(record) =
                 made.and_then(|made| flex_core::record::record_from_job(&made, job))
             {
@@ -170,50 +189,4 @@ async fn look_into(
             Ok(None)
         }
     }
-}
-
-/// The claim, the PV and the volume's deprovision Jobs, read from the API server.
-async fn confirm(
-    ctx: &Context,
-    job: &Job,
-    claim_uid: &str,
-    volume: &str,
-) -> Result<Confirmed, kube::Error> {
-    let claim = match super::caches::claim_ref_of(job.meta().annotations.as_ref()) {
-        Some(r) => {
-            Api::<PersistentVolumeClaim>::namespaced(
-                ctx.client.clone(),
-                r.namespace.as_deref().unwrap_or_default(),
-            )
-            .get_opt(&r.name)
-            .await?
-        }
-        None => None,
-    };
-    let pv = Api::<PersistentVolume>::all(ctx.client.clone())
-        .get_opt(volume)
-        .await?;
-    let deprovisions =
-        Api::<Job>::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default())
-            .list_metadata(&ListParams::default().labels(&format!(
-                "{LABEL_ACTION}=deprovision,{LABEL_VOLUME}={volume}"
-            )))
-            .await?;
-    let records = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(
-        ctx.client.clone(),
-        &job.namespace().unwrap_or_default(),
-    )
-    .list_metadata(&ListParams::default().labels(&format!(
-        "{}=true,{LABEL_VOLUME}={volume}",
-        flex_core::names::LABEL_RECORD
-    )))
-    .await?;
-    Ok(Confirmed {
-        claim_leaving: claim.is_none_or(|c| {
-            c.uid().as_deref() != Some(claim_uid) || c.metadata.deletion_timestamp.is_some()
-        }),
-        pv_exists: pv.is_some(),
-        deprovisioned: !deprovisions.items.is_empty(),
-        recorded: !records.items.is_empty(),
-    })
 }

@@ -59,7 +59,7 @@ async fn clone_source(
             "the source volume is not seen yet".into(),
         ));
     };
-    let record = super::volumes::fetch_record(ctx, pv)
+    let record = super::reads::record(ctx, pv)
         .await?
         .map(|cm| read_record(&cm, pv));
     Ok(flex_core::source::from_record(pv, record))

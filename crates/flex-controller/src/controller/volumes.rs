@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim};
-use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
@@ -16,52 +15,7 @@ use super::context::{Context, action_is};
 use flex_core::job::{JobOutcome, outcome};
 use flex_core::names;
 use flex_core::plan::volume::{VolumeInputs, VolumePlan, VolumeStep, plan_volume};
-
-/// The PV's deprovision record, from the API server (only read when a Job may be created):
-/// in the config namespaces alone, which only the controller and kube admins can write.
-pub(super) async fn fetch_record(
-    ctx: &Context,
-    pv: &PersistentVolume,
-) -> crate::Result<Option<ConfigMap>> {
-    let name = flex_core::record::record_name(pv.metadata.uid.as_deref().unwrap_or_default());
-    for ns in &ctx.opts.config_namespaces {
-        if let Some(cm) = Api::<ConfigMap>::namespaced(ctx.client.clone(), ns)
-            .get_opt(&name)
-            .await
-            .map_err(crate::Error::read(format!("record {ns}/{name}")))?
-        {
-            return Ok(Some(cm));
-        }
-    }
-    Ok(None)
-}
-
-/// Whether a claim holds `pv` against deprovisioning (`plan::volume::claim_holds`), as the
-/// API server says: the claim at the claimRef (re-created under its name), the claim the
-/// record says the volume was verified for, and those the cache shows naming it.
-async fn named_by_claim(
-    ctx: &Context,
-    pv: &PersistentVolume,
-    at: Option<&(String, String)>,
-    record: Option<&ConfigMap>,
-    cached: &[(String, String)],
-) -> crate::Result<bool> {
-    let mut candidates: Vec<(String, String)> = cached.to_vec();
-    candidates.extend(record.and_then(flex_core::record::record_claim));
-    candidates.extend(at.cloned());
-    candidates.sort();
-    candidates.dedup();
-    for (ns, n) in candidates {
-        let claim = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns)
-            .get_opt(&n)
-            .await
-            .map_err(crate::Error::read(format!("claim {ns}/{n}")))?;
-        if claim.is_some_and(|c| flex_core::plan::volume::claim_holds(pv, &c)) {
-            return Ok(true);
-        }
-    }
-    Ok(false)
-}
+use flex_core::plan::{Ask, Decision};
 
 /// A PV that names this provisioner but is not verified (cached cut short, see
 /// `caches::trim_volume`) is worth a read only when a Job of ours made it (an image-mode
@@ -83,28 +37,7 @@ async fn whole_if_made_by_us(
     if !made_by_us {
         return Ok(None);
     }
-    read_whole(&pv, ctx).await
-}
-
-/// A PV the cache keeps cut short, read whole from the API server (`None`: it is gone, or
-/// another has its name now).
-pub(super) async fn read_whole(
-    pv: &PersistentVolume,
-    ctx: &Context,
-) -> crate::Result<Option<Arc<PersistentVolume>>> {
-    let name = pv.name_any();
-    let whole = ctx
-        .apply
-        .volumes()
-        .get_opt(&name)
-        .await
-        .map_err(crate::Error::read(format!("volume {name}")))?;
-    Ok(whole
-        .filter(|w| w.metadata.uid == pv.metadata.uid)
-        .map(|mut w| {
-            super::caches::trim_meta(&mut w);
-            Arc::new(w)
-        }))
+    super::reads::volume_whole(ctx, &pv).await
 }
 
 /// One PV of ours: gather, decide (reading the record, the claim and the PV afresh when
@@ -133,7 +66,8 @@ pub async fn reconcile_volume(
     {
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
-    let Some(plan) = decide(&g, &ctx).await? else {
+    let pipeline = Volume { g: &g, ctx: &ctx };
+    let Ok(plan) = super::drive::decide(&pipeline, &mut Read::default()).await? else {
         // The volume is gone, or another has its name now.
         return Ok(Action::await_change());
     };
@@ -237,27 +171,76 @@ fn gather(pv: Arc<PersistentVolume>, ctx: &Context) -> Gathered {
     }
 }
 
-/// What the plan reads beyond the caches, once it asked for it.
+/// What the plan asked for, once read.
 #[derive(Default)]
-struct Read<'r> {
-    claim: Option<&'r PersistentVolumeClaim>,
-    record: Option<&'r ConfigMap>,
-    named_by_claim: bool,
-    claim_confirmed: bool,
+struct Read {
+    /// The PV afresh ([`Ask::Claim`]).
+    pv: Option<PersistentVolume>,
+    /// The claim at the claimRef, from the API server ([`Ask::Claim`]).
+    claim: Option<Option<PersistentVolumeClaim>>,
+    record: Option<ConfigMap>,
+    named_by_claim: Option<bool>,
     record_read: bool,
 }
 
-fn plan_with(g: &Gathered, ctx: &Context, pv: &PersistentVolume, read: Read<'_>) -> VolumePlan {
+/// A volume's decision.
+struct Volume<'a> {
+    g: &'a Gathered,
+    ctx: &'a Context,
+}
+
+impl super::drive::Pipeline for Volume<'_> {
+    type Read = Read;
+    type Plan = VolumePlan;
+
+    fn plan(&self, read: &Read) -> Decision<VolumePlan> {
+        plan_with(self.g, self.ctx, read)
+    }
+
+    /// Reads the record (a released volume being deleted: its claim is known gone), or the
+    /// claim, the PV and the record afresh (a volume cached as Released may have been
+    /// re-bound since). `false`: the PV is gone, or another has its name now.
+    async fn answer(&self, ask: &Ask, r: &mut Read) -> crate::Result<bool> {
+        let (g, ctx) = (self.g, self.ctx);
+        match ask {
+            Ask::Record => {}
+            Ask::Claim => {
+                let fresh = super::reads::volume(ctx, &g.name).await?;
+                let Some(fresh) = fresh.filter(|p| p.metadata.uid == g.pv.metadata.uid) else {
+                    return Ok(false);
+                };
+                r.pv = Some(fresh);
+                r.claim = Some(match &g.at {
+                    Some((ns, n)) => super::reads::claim(ctx, ns, n).await?,
+                    None => None,
+                });
+            }
+            _ => return Ok(false),
+        }
+        let pv = r.pv.as_ref().unwrap_or(&g.pv);
+        r.record = super::reads::record(ctx, pv).await?;
+        let (at, others) = (g.at.as_ref(), &g.others_naming);
+        let named = super::reads::held_by_claim(ctx, &g.pv, at, r.record.as_ref(), others).await?;
+        r.named_by_claim = Some(named);
+        r.record_read = true;
+        Ok(true)
+    }
+}
+
+fn plan_with(g: &Gathered, ctx: &Context, r: &Read) -> Decision<VolumePlan> {
     let opts = &ctx.opts;
     plan_volume(&VolumeInputs {
-        pv,
-        record: read.record,
+        pv: r.pv.as_ref().unwrap_or(&g.pv),
+        record: r.record.as_ref(),
         provision_jobs: g.provision_jobs.iter().map(AsRef::as_ref).collect(),
         provisioner_name: &opts.provisioner_name,
-        claim: read.claim,
-        named_by_claim: read.named_by_claim,
-        claim_confirmed: read.claim_confirmed,
-        record_read: read.record_read,
+        claim: match &r.claim {
+            Some(read) => read.as_ref(),
+            None => g.cached_claim.as_deref(),
+        },
+        named_by_claim: r.named_by_claim.unwrap_or(!g.others_naming.is_empty()),
+        claim_confirmed: r.claim.is_some(),
+        record_read: r.record_read,
         provisioning: g.provisioning,
         jobs: g.jobs().collect(),
         pods: g.pods.iter().map(AsRef::as_ref).collect(),
@@ -273,72 +256,11 @@ fn plan_with(g: &Gathered, ctx: &Context, pv: &PersistentVolume, read: Read<'_>)
     })
 }
 
-/// The plan from the caches; then, when it asks, again with the record (a released volume
-/// being deleted: its claim is known gone), or with the claim, the PV and the record read
-/// afresh (a volume cached as Released may have been re-bound since). `None`: the PV is
-/// gone, or another has its name now.
-async fn decide(g: &Gathered, ctx: &Context) -> crate::Result<Option<VolumePlan>> {
-    let cached = Read {
-        claim: g.cached_claim.as_deref(),
-        named_by_claim: !g.others_naming.is_empty(),
-        ..Read::default()
-    };
-    let mut plan = plan_with(g, ctx, &g.pv, cached);
-    if plan.step == VolumeStep::ReadRecord {
-        let record = fetch_record(ctx, &g.pv).await?;
-        let named = named_by(g, ctx, record.as_ref()).await?;
-        let read = Read {
-            claim: g.cached_claim.as_deref(),
-            record: record.as_ref(),
-            named_by_claim: named,
-            record_read: true,
-            ..Read::default()
-        };
-        plan = plan_with(g, ctx, &g.pv, read);
-    }
-    if plan.step != VolumeStep::ConfirmClaim {
-        return Ok(Some(plan));
-    }
-    let Some(fresh) = Api::<PersistentVolume>::all(ctx.client.clone())
-        .get_opt(&g.name)
-        .await
-        .map_err(crate::Error::read(format!("PersistentVolume {}", g.name)))?
-        .filter(|p| p.metadata.uid == g.pv.metadata.uid)
-    else {
-        return Ok(None);
-    };
-    let claim = match &g.at {
-        Some((ns, n)) => Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), ns)
-            .get_opt(n)
-            .await
-            .map_err(crate::Error::read(format!("claim {ns}/{n}")))?,
-        None => None,
-    };
-    let record = fetch_record(ctx, &fresh).await?;
-    let named = named_by(g, ctx, record.as_ref()).await?;
-    let read = Read {
-        claim: claim.as_ref(),
-        record: record.as_ref(),
-        named_by_claim: named,
-        claim_confirmed: true,
-        record_read: true,
-    };
-    Ok(Some(plan_with(g, ctx, &fresh, read)))
-}
-
-async fn named_by(g: &Gathered, ctx: &Context, record: Option<&ConfigMap>) -> crate::Result<bool> {
-    named_by_claim(ctx, &g.pv, g.at.as_ref(), record, &g.others_naming).await
-}
-
 /// Carries out the plan's one effect.
 async fn apply(g: &Gathered, ctx: &Context, step: VolumeStep) -> crate::Result<Action> {
     let (apply, pvs) = (&ctx.apply, ctx.apply.volumes());
     Ok(match step {
         VolumeStep::Ignore => Action::await_change(),
-        // Only returned before the API server was asked, and it was asked in `decide`.
-        VolumeStep::ConfirmClaim | VolumeStep::ReadRecord => {
-            Action::requeue(Duration::from_secs(1))
-        }
         VolumeStep::Wait(wait) => Action::requeue(wait),
         VolumeStep::Patch(patch) => {
             apply.patch(&pvs, &g.name, &patch).await?;

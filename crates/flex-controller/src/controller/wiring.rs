@@ -11,7 +11,7 @@ use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Event as CoreEvent, PersistentVolume, PersistentVolumeClaim,
+    ConfigMap, Event as CoreEvent, PersistentVolume, PersistentVolumeClaim, Pod,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::controller::{self, Controller};
@@ -22,7 +22,7 @@ use kube::{Client, Resource};
 use super::compact::Compact;
 use super::context::Context;
 use super::watches::watch_everything;
-use super::{Options, caches, fan_out, index, orphans, reconcile, volumes};
+use super::{Options, caches, expansion, fan_out, index, orphans, reconcile, volumes};
 use flex_core::names::LABEL_CONFIG_CLASS;
 
 /// Reconciles in flight per controller. Unbounded, a restart in a cluster of 50,000 claims
@@ -97,11 +97,38 @@ async fn controllers(
     let gauge = count_active_jobs(ctx.clone());
     // Node changes trigger nothing: the stream is only drained.
     let drain_nodes = w.nodes.for_each(|_| async {});
-    // PVs and our Jobs trigger both controllers (and Jobs the orphan check) from one watch each.
-    let ([volumes_for_claims, volumes_for_volumes], share_volumes) =
-        fan_out::fan_out::<Compact<PersistentVolume>, 2>(w.volumes);
-    let ([jobs_for_claims, jobs_for_volumes, jobs_for_orphans], share_jobs) =
-        fan_out::fan_out::<Job, 3>(w.jobs);
+    // One watch of each kind feeds every controller it triggers, and the orphan check.
+    let ([volumes_for_claims, volumes_for_volumes, volumes_for_growth], share_volumes) =
+        fan_out::fan_out::<Compact<PersistentVolume>, 3>(w.volumes);
+    let (
+        [
+            jobs_for_claims,
+            jobs_for_volumes,
+            jobs_for_orphans,
+            jobs_for_growth,
+        ],
+        share_jobs,
+    ) = fan_out::fan_out::<Job, 4>(w.jobs);
+    let ([claims_for_claims, claims_for_growth], share_claims) =
+        fan_out::fan_out::<Compact<PersistentVolumeClaim>, 2>(w.claims);
+    let ([pods_for_claims, pods_for_growth], share_pods) = fan_out::fan_out::<Pod, 2>(w.pods);
+    let ([classes_for_claims, classes_for_growth], share_classes) =
+        fan_out::fan_out::<StorageClass, 2>(w.classes);
+    let growth_run = claim_controller(
+        ClaimTriggers {
+            claims: claims_for_growth,
+            jobs: jobs_for_growth,
+            pods: pods_for_growth,
+            failed_creates: futures::stream::pending().boxed(),
+            volumes: volumes_for_growth,
+            classes: classes_for_growth,
+            config_maps: futures::stream::pending().boxed(),
+        },
+        claims.clone(),
+        jobs_stores.clone(),
+        ctx.clone(),
+        expansion::reconcile,
+    );
     let orphans_run = orphans::run(jobs_for_orphans, ctx.clone());
     let volumes_run = volume_controller(
         volumes_store,
@@ -111,24 +138,29 @@ async fn controllers(
     );
     let claims_run = claim_controller(
         ClaimTriggers {
-            claims: w.claims,
+            claims: claims_for_claims,
             jobs: jobs_for_claims,
-            pods: w.pods,
+            pods: pods_for_claims,
             failed_creates: w.failed_creates,
             volumes: volumes_for_claims,
-            classes: w.classes,
+            classes: classes_for_claims,
             config_maps: w.config_maps,
         },
         claims,
         jobs_stores,
         ctx,
+        reconcile::reconcile,
     );
     futures::join!(
         claims_run,
+        growth_run,
         volumes_run,
         orphans_run,
         share_volumes,
         share_jobs,
+        share_claims,
+        share_pods,
+        share_classes,
         drain_nodes,
         gauge,
         synced,
@@ -185,15 +217,21 @@ struct ClaimTriggers {
     config_maps: Changes<ConfigMap>,
 }
 
-/// The claim controller: a claim's own changes, its Jobs', their pods' and the Job
-/// controller's `FailedCreate` events, its PV's (by claimRef), and any change of its class or
-/// the class's ConfigMap.
-fn claim_controller(
+/// A controller of claims (provisioning, or expansion): a claim's own changes, its Jobs',
+/// their pods' and the Job controller's `FailedCreate` events, its PV's (by claimRef), and
+/// any change of its class or the class's ConfigMap.
+fn claim_controller<F>(
     t: ClaimTriggers,
     claims: index::Indexed<PersistentVolumeClaim, Compact<PersistentVolumeClaim>>,
     jobs: Vec<index::Indexed<Job>>,
     ctx: Arc<Context>,
-) -> futures::future::BoxFuture<'static, ()> {
+    reconcile: fn(Arc<Compact<PersistentVolumeClaim>>, Arc<Context>) -> F,
+) -> futures::future::BoxFuture<'static, ()>
+where
+    F: std::future::Future<Output = crate::Result<kube::runtime::controller::Action>>
+        + Send
+        + 'static,
+{
     let config = controller::Config::default().concurrency(RECONCILES_AT_ONCE);
     let (by_class, by_config) = (claims.clone(), claims.clone());
     Controller::for_stream(t.claims, claims.store.clone())
@@ -228,7 +266,7 @@ fn claim_controller(
                 .unwrap_or_default();
             claims_of_class(&by_config, &class)
         })
-        .run(reconcile::reconcile, Context::error_policy, ctx)
+        .run(reconcile, Context::error_policy, ctx)
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "reconcile failed; it is retried");

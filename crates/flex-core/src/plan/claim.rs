@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use serde_json::Value;
 
 use super::retry::{delay_after, wait_remaining};
-use super::{Notice, NoticeKind, reasons};
+use super::{Ask, Decision, Notice, NoticeKind, reasons};
 use crate::claim::{ClaimRequest, NodeInfo};
 use crate::config::ClassConfig;
 use crate::config::PvCreator;
@@ -58,7 +58,7 @@ pub struct ClaimInputs<'a> {
     /// The provisioning Jobs labelled with this claim's uid, and their pods.
     pub jobs: Vec<&'a Job>,
     pub pods: Vec<&'a Pod>,
-    /// `pods` were read from the API server for this decision ([`Step::ConfirmReport`]),
+    /// `pods` were read from the API server for this decision ([`Ask::Pods`]),
     /// not taken from a cache that may lag behind the Job's completion.
     pub pods_confirmed: bool,
     /// The PV named `pvc-<claim uid>`, if it exists.
@@ -67,14 +67,14 @@ pub struct ClaimInputs<'a> {
     /// that PV does not exist.
     pub pv_absence_confirmed: bool,
     /// The node the claim's selected-node annotation names, from the node cache or, once
-    /// the planner asked ([`Step::ConfirmNode`]), from the API server.
+    /// the planner asked ([`Ask::Node`]), from the API server.
     pub node: Option<&'a NodeInfo>,
     /// The API server itself said the selected node does not exist.
     pub node_absence_confirmed: bool,
     /// Provisioning Jobs of this class that are still running (for `max-concurrent`).
     pub active_jobs_of_class: usize,
     /// What an attempt would be made from now, once the planner asked for it
-    /// ([`Step::Prepare`]); `None` until then.
+    /// ([`Ask::Prepare`]); `None` until then.
     pub prepared: Option<&'a Prepared>,
     pub retry_base: Duration,
     /// `ttlSecondsAfterFinished` of the Jobs the planner builds.
@@ -83,12 +83,15 @@ pub struct ClaimInputs<'a> {
     /// The latest attempt whose Job this controller created but the Job cache does not show
     /// yet: it counts as running, so no second create (and no second request) is made.
     pub created_attempt: Option<u32>,
+    /// The claim's running Jobs that have no pod, each with the message of the Job
+    /// controller's latest FailedCreate event about it.
+    pub not_starting: Vec<(&'a Job, &'a str)>,
 }
 
 /// What an attempt is made from, and costs work to know: the rendered templates (CPU under
 /// a budget, so the caller runs it off the reconcile thread), the digest of the inputs, and
 /// what the claim's data source resolved to (it may take a read). The planner asks for it
-/// ([`Step::Prepare`]) only when it starts, retries or gives up on an attempt, so a bound
+/// ([`Ask::Prepare`]) only when it starts, retries or gives up on an attempt, so a bound
 /// claim or a running attempt costs none of it.
 #[derive(Debug, Clone)]
 pub struct Prepared {
@@ -119,17 +122,10 @@ impl Prepared {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Step {
-    /// The decision needs what an attempt is made from: prepare it ([`Prepared`]) and plan
-    /// again with it.
-    Prepare,
     /// Not ours, or nothing to do (bound, being deleted, not pending).
     Ignore,
     /// WaitForFirstConsumer: no node selected yet.
     WaitForNode,
-    /// The node the claim names is not in the node cache: ask the API server for the node
-    /// `name` (the cache may not show a node that just joined), then plan again with its
-    /// answer. Asked only for a valid node name: the name becomes the path of the read.
-    ConfirmNode { name: String },
     /// The node the claim names does not exist and no attempt has started: hand the claim
     /// back to the scheduler by removing its selected-node annotation (this patch, under
     /// the claim's resourceVersion), as Kubernetes' own provisioners do.
@@ -149,8 +145,13 @@ pub enum Step {
     /// Record the failed attempt's number on the claim (its Job expires before the next
     /// attempt is due), then wait this long before the next one.
     RecordAttempt { attempt: u32, wait: Duration },
-    /// Create the Job for this attempt (one that exists already is adopted).
-    CreateJob { attempt: u32, job: Box<Job> },
+    /// Create the Job for this attempt (one that exists already is adopted), then tell
+    /// `started` on the claim.
+    CreateJob {
+        attempt: u32,
+        job: Box<Job>,
+        started: Box<Notice>,
+    },
     /// The attempt's Job is running.
     Running { attempt: u32 },
     /// `max-concurrent` Jobs of the class are running.
@@ -167,6 +168,7 @@ pub enum Step {
     /// the notices are told on the PV as well as on the claim.
     BoundToUnverified {
         pv: Box<k8s_openapi::api::core::v1::ObjectReference>,
+        on_pv: Vec<Notice>,
     },
     /// The PV our image made is wrong for this claim: delete it (provided it still has this
     /// uid), then the next attempt starts.
@@ -176,18 +178,11 @@ pub enum Step {
     AwaitPvRemoval,
     /// Wait before attempt `next_attempt`.
     Backoff { next_attempt: u32, wait: Duration },
-    /// The Job succeeded but the cache shows no PV: ask the API server before judging the
-    /// attempt, then plan again with its answer.
-    ConfirmPv,
     /// `pv-creator: controller`: the Job succeeded and reported a valid volume source;
     /// create this PV (a conflict means it exists already: plan again once it is seen).
     CreatePv { pv: Box<PersistentVolume> },
     /// The Job succeeded but its pod, which holds the report, is not in the cache yet.
     AwaitReport,
-    /// The Job succeeded a while ago and the cache still shows no report: ask the API
-    /// server for the claim's pods in `namespace` before calling it lost, then plan again
-    /// with its answer (a pod watch that lags under load must not cost an attempt).
-    ConfirmReport { namespace: String },
 }
 
 /// How long a running attempt waits for a look without a change: every change of its Job,
@@ -227,20 +222,14 @@ impl Step {
             | Step::BoundToUnverified { .. }
             | Step::Provisioned { .. }
             | Step::CreatePv { .. } => None,
-            // Prepare is carried out before any step; left over, nothing could be prepared.
-            Step::Blocked | Step::Prepare => Some(BLOCKED_RECHECK),
+            Step::Blocked => Some(BLOCKED_RECHECK),
             Step::AwaitSource { wait } => Some(*wait),
             Step::Throttled => Some(THROTTLED_RECHECK),
             // No watch of nodes brings the claim back.
             Step::AwaitNode => Some(BLOCKED_RECHECK),
             // The patch changes the claim, which brings it back.
             Step::Reschedule { .. } => None,
-            Step::ConfirmNode { .. }
-            | Step::ConfirmPv
-            | Step::ConfirmReport { .. }
-            | Step::AwaitPvRemoval
-            | Step::AwaitReport
-            | Step::RemoveWrongPv { .. } => Some(SOON),
+            Step::AwaitPvRemoval | Step::AwaitReport | Step::RemoveWrongPv { .. } => Some(SOON),
             Step::Backoff { wait, .. } | Step::RecordAttempt { wait, .. } => Some(*wait),
             Step::Running { .. } | Step::CreateJob { .. } => Some(RUNNING_RECHECK),
         }
@@ -333,8 +322,8 @@ const ANNOUNCE_WITHIN: Duration = Duration::from_secs(600);
 /// the cache; after that a missing report counts as lost and the attempt as failed.
 const REPORT_WAIT: Duration = Duration::from_secs(60);
 
-fn plan(step: Step, notices: Vec<Notice>) -> Plan {
-    Plan { step, notices }
+fn plan(step: Step, notices: Vec<Notice>) -> Decision<Plan> {
+    Ok(Plan { step, notices })
 }
 
 /// Notices about the pods of attempt `attempt`: each failure as it happens (also while the
@@ -451,19 +440,52 @@ fn recorded_attempt(
 /// The next step for a claim, in stages: [`gate`] (is the claim ours and servable),
 /// [`Judging::judge_pv`] (a PV exists under the claim's name), [`Judging::judge_job`] (the
 /// latest attempt's Job) and [`Judging::after_failure`] (retry, wait or give up). A stage
-/// that needs what an attempt is made from and was not given it returns [`Step::Prepare`].
-pub fn plan_claim(i: &ClaimInputs<'_>) -> Plan {
+/// that needs what an attempt is made from and was not given it returns [`Ask::Prepare`].
+pub fn plan_claim(i: &ClaimInputs<'_>) -> Decision<Plan> {
     let judging = match gate(i) {
         Ok(g) => Judging::new(i, g),
         Err(done) => return done,
     };
-    if let Some(pv) = i.pv {
-        return judging.judge_pv(pv);
+    let mut decided = match i.pv {
+        Some(pv) => judging.judge_pv(pv)?,
+        None if judging.stage != Stage::Pending => return plan(Step::Ignore, vec![]),
+        None => judging.judge_job()?,
+    };
+    if let Step::Running { attempt } = decided.step {
+        let not_starting = i.not_starting.iter();
+        (decided.notices)
+            .extend(not_starting.map(|(job, why)| not_starting_notice(job, attempt, why)));
     }
-    if judging.stage != Stage::Pending {
-        return plan(Step::Ignore, vec![]);
-    }
-    judging.judge_job()
+    Ok(decided)
+}
+
+/// Said on the claim once its attempt's Job is created.
+fn started_notice(request: &ClaimRequest, attempt: u32, job: &Job) -> Notice {
+    let (ns, name) = (&request.namespace, &request.name);
+    let job_ns = job.metadata.namespace.as_deref().unwrap_or_default();
+    let job_name = job.metadata.name.as_deref().unwrap_or_default();
+    Notice::normal(
+        format!("provisioning/{}/{attempt}", request.uid),
+        reasons::PROVISIONING,
+        format!("External provisioner is provisioning volume for claim \"{ns}/{name}\" (attempt {attempt}, Job {job_ns}/{job_name})"),
+    )
+    .about(job)
+}
+
+/// A running Job whose pod could not even be created (a missing ServiceAccount, a quota)
+/// leaves no pod to look at; the Job controller's FailedCreate event says why.
+fn not_starting_notice(job: &Job, attempt: u32, why: &str) -> Notice {
+    let name = job.metadata.name.as_deref().unwrap_or_default();
+    Notice::warning(
+        format!(
+            "job-create/{}",
+            job.metadata.uid.as_deref().unwrap_or_default()
+        ),
+        reasons::POD_NOT_STARTING,
+        format!("attempt {attempt}: the Job {name} cannot create its pod: {why}"),
+    )
+    .about(job)
+    .action("Observe")
 }
 
 /// What the gate lets through: a claim of ours, servable.
@@ -482,7 +504,7 @@ fn blocked(
     message: String,
     action: &'static str,
     mut notices: Vec<Notice>,
-) -> Plan {
+) -> Decision<Plan> {
     if *stage != Stage::Pending {
         return plan(Step::Ignore, vec![]);
     }
@@ -494,7 +516,7 @@ fn blocked(
 
 /// Stage 1: whether the claim is ours and can be served at all (its fields, its class's
 /// configuration, a selected node when the class waits for one).
-fn gate<'a>(i: &ClaimInputs<'a>) -> Result<Gated<'a>, Plan> {
+fn gate<'a>(i: &ClaimInputs<'a>) -> Result<Gated<'a>, Decision<Plan>> {
     let stage = stage(i.claim);
     if stage == Stage::Other || !is_ours(i.claim, i.class_provisioner, i.provisioner_name) {
         return Err(plan(Step::Ignore, vec![]));
@@ -555,11 +577,11 @@ fn gate<'a>(i: &ClaimInputs<'a>) -> Result<Gated<'a>, Plan> {
 /// after the scheduler chose it, or written by the claim's author) is handed back to the
 /// scheduler before any attempt; once one has started, its Job was made for that node, and
 /// the claim waits for it and says why.
-fn node_missing(i: &ClaimInputs<'_>, node: &str) -> Plan {
+fn node_missing(i: &ClaimInputs<'_>, node: &str) -> Decision<Plan> {
     // A name no node can have is never asked about: it would become the path of the read.
     if !i.node_absence_confirmed && crate::names::is_dns_subdomain(node) {
         let name = node.to_owned();
-        return plan(Step::ConfirmNode { name }, vec![]);
+        return Err(Ask::Node { name });
     }
     let shown: String = node.chars().take(253).collect();
     let key = short_hash(node);
@@ -608,7 +630,7 @@ fn tolerates_cordon(config: &ClassConfig) -> bool {
 /// there, would wait unscheduled for its whole timeout, holding one of the class's
 /// `max-concurrent` slots (a claim's author can write the selection). Handed back to the
 /// scheduler, which chooses among schedulable nodes.
-fn node_cordoned(i: &ClaimInputs<'_>, node: &str) -> Plan {
+fn node_cordoned(i: &ClaimInputs<'_>, node: &str) -> Decision<Plan> {
     let patch = serde_json::json!({"metadata": {
         "annotations": {ANN_SELECTED_NODE: null},
         "resourceVersion": i.claim.metadata.resource_version,
@@ -710,7 +732,7 @@ impl<'i, 'a> Judging<'i, 'a> {
 
     /// Whether the claim gave up on the inputs it has now; the digest is asked for only
     /// when the claim gave up on some.
-    fn gave_up(&self) -> Result<bool, Plan> {
+    fn gave_up(&self) -> Result<bool, Ask> {
         match annotation(self.i.claim, ANN_GAVE_UP) {
             None => Ok(false),
             Some(on) => Ok(on == self.prepared()?.inputs_hash),
@@ -718,14 +740,14 @@ impl<'i, 'a> Judging<'i, 'a> {
     }
 
     /// What an attempt is made from, or the plan that asks for it.
-    fn prepared(&self) -> Result<&'a Prepared, Plan> {
-        self.i.prepared.ok_or_else(|| plan(Step::Prepare, vec![]))
+    fn prepared(&self) -> Result<&'a Prepared, Ask> {
+        self.i.prepared.ok_or(Ask::Prepare)
     }
 
     /// The claim's rendered templates, or the plan that asks for them or says why they
     /// cannot be rendered (with the notices so far).
-    fn rendered(&mut self) -> Result<&'a Rendered, Plan> {
-        match &self.prepared()?.rendered {
+    fn rendered(&mut self) -> Result<&'a Rendered, Decision<Plan>> {
+        match &self.prepared().map_err(Err)?.rendered {
             Ok(r) => Ok(r),
             Err(e) => {
                 let message = format!("cannot provision this claim: {e}");
@@ -738,14 +760,12 @@ impl<'i, 'a> Judging<'i, 'a> {
 
     /// Attempt `attempt`'s Job, unless its templates do not render, or its data source or
     /// `max-concurrent` holds it back.
-    fn start(mut self, attempt: u32) -> Plan {
+    fn start(mut self, attempt: u32) -> Decision<Plan> {
         let rendered = match self.rendered() {
             Ok(r) => r,
             Err(held) => return held,
         };
-        let Some(prepared) = self.i.prepared else {
-            return plan(Step::Prepare, vec![]);
-        };
+        let prepared = self.prepared()?;
         let source = prepared.source.as_ref();
         let waited = self
             .i
@@ -785,8 +805,16 @@ impl<'i, 'a> Judging<'i, 'a> {
             attempt,
             self.i.job_ttl_seconds,
         );
+        let started = Box::new(started_notice(&self.request, attempt, &job));
         let job = Box::new(job);
-        plan(Step::CreateJob { attempt, job }, self.notices)
+        plan(
+            Step::CreateJob {
+                attempt,
+                job,
+                started,
+            },
+            self.notices,
+        )
     }
 
     /// The volume's deprovision record: what the Job that made the volume was given;
@@ -794,7 +822,7 @@ impl<'i, 'a> Judging<'i, 'a> {
     fn record_for(
         &mut self,
         pv: &PersistentVolume,
-    ) -> Result<Option<Box<k8s_openapi::api::core::v1::ConfigMap>>, Plan> {
+    ) -> Result<Option<Box<k8s_openapi::api::core::v1::ConfigMap>>, Decision<Plan>> {
         let latest = self.latest;
         if let Some(r) = latest.and_then(|j| crate::record::record_from_attempt(pv, j)) {
             return Ok(Some(Box::new(r)));
@@ -814,7 +842,7 @@ impl<'i, 'a> Judging<'i, 'a> {
 
     /// Stage 2: a PV exists under the claim's name. Right: bookkeeping (and the success
     /// notice); wrong: removed when our attempt made it, reported and left alone otherwise.
-    fn judge_pv(mut self, pv: &PersistentVolume) -> Plan {
+    fn judge_pv(mut self, pv: &PersistentVolume) -> Decision<Plan> {
         let reported =
             self.report
                 .as_deref()
@@ -859,7 +887,15 @@ impl<'i, 'a> Judging<'i, 'a> {
                     format!("the claim is bound to PersistentVolume {name}, which the provisioner did not verify: {why}. It gets no finalizer and no record of the provisioner, so nothing will deprovision or expand it: an admin should inspect it (see the README's troubleshooting)"),
                 ).about(pv).counted_as(NoticeKind::ProvisionFailed).action("Verify"));
                 let pv = Box::new(crate::plan::object_ref(pv));
-                plan(Step::BoundToUnverified { pv }, self.notices)
+                // The same words on the PV, where an admin looks; counted once (on the claim).
+                let on_pv = (self.notices.iter())
+                    .map(|n| Notice {
+                        key: format!("on-pv/{}", n.key),
+                        kind: NoticeKind::Other,
+                        ..n.clone()
+                    })
+                    .collect();
+                plan(Step::BoundToUnverified { pv, on_pv }, self.notices)
             }
             PvCheck::Wrong(_) if matches!(self.latest_outcome, Some(JobOutcome::Running)) => {
                 plan(Step::Running { attempt }, self.notices)
@@ -893,7 +929,7 @@ impl<'i, 'a> Judging<'i, 'a> {
     }
 
     /// The PV is right: its bookkeeping, and the success notice while it is news.
-    fn provisioned(mut self, pv: &PersistentVolume, patch: Option<Value>) -> Plan {
+    fn provisioned(mut self, pv: &PersistentVolume, patch: Option<Value>) -> Decision<Plan> {
         let recent = self
             .latest
             .and_then(|j| j.status.as_ref()?.completion_time.as_ref())
@@ -942,7 +978,7 @@ impl<'i, 'a> Judging<'i, 'a> {
     }
 
     /// Stage 3: no PV yet, the claim pending: the latest attempt's Job decides.
-    fn judge_job(self) -> Plan {
+    fn judge_job(self) -> Decision<Plan> {
         let Some(job) = self.latest else {
             // Created here a moment ago: the watch has not delivered it yet.
             if let Some(attempt) = self.i.created_attempt {
@@ -951,7 +987,7 @@ impl<'i, 'a> Judging<'i, 'a> {
             match self.gave_up() {
                 Ok(true) => return plan(Step::Blocked, self.notices),
                 Ok(false) => {}
-                Err(ask) => return ask,
+                Err(ask) => return Err(ask),
             }
             // No Job at all: either none was made yet, or the last recorded failure's Job
             // was cleaned up by its TTL (the next attempt follows it), or it is not in the
@@ -980,7 +1016,8 @@ impl<'i, 'a> Judging<'i, 'a> {
             }
             Some(JobOutcome::Succeeded) => match self.succeeded(job) {
                 Ok(failure) => failure,
-                Err(step) => return plan(step, self.notices),
+                Err(Ok(step)) => return plan(step, self.notices),
+                Err(Err(ask)) => return Err(ask),
             },
             Some(JobOutcome::Failed {
                 permanent,
@@ -997,14 +1034,14 @@ impl<'i, 'a> Judging<'i, 'a> {
 
     /// A succeeded Job: the PV to create from its report (controller mode), a read to make
     /// before judging, or why the attempt failed after all.
-    fn succeeded(&self, job: &Job) -> Result<Failure, Step> {
+    fn succeeded(&self, job: &Job) -> Result<Failure, Decision<Step>> {
         let job_name = job.metadata.name.clone().unwrap_or_default();
         let at = completion_of(job);
         if !self.by_controller {
             // The PV watch may not have delivered the PV yet: never fail an attempt (and
             // start another Job) on a cache's word alone.
             if !self.i.pv_absence_confirmed {
-                return Err(Step::ConfirmPv);
+                return Err(Err(Ask::Volume));
             }
             let message = format!(
                 "the provisioner Job {job_name} succeeded but created no PersistentVolume {}",
@@ -1018,12 +1055,12 @@ impl<'i, 'a> Judging<'i, 'a> {
                 d.is_negative() || d.unsigned_abs() < REPORT_WAIT
             });
             if fresh {
-                return Err(Step::AwaitReport);
+                return Err(Ok(Step::AwaitReport));
             }
             if !self.i.pods_confirmed {
-                return Err(Step::ConfirmReport {
+                return Err(Err(Ask::Pods {
                     namespace: job.metadata.namespace.clone().unwrap_or_default(),
-                });
+                }));
             }
             let message = format!(
                 "the provisioner Job {job_name} succeeded, but its pod, whose termination message holds the volume source, is gone"
@@ -1038,7 +1075,7 @@ impl<'i, 'a> Judging<'i, 'a> {
         match check_report(raw, &p.volume_sources, &allowed)
             .and_then(|source| pv_with_source(&self.template, &source))
         {
-            Ok(pv) => Err(Step::CreatePv { pv: Box::new(pv) }),
+            Ok(pv) => Err(Ok(Step::CreatePv { pv: Box::new(pv) })),
             // The image's own doing, the same every time: retried only once the claim or
             // the configuration changed.
             Err(why) => Ok(Failure {
@@ -1053,7 +1090,7 @@ impl<'i, 'a> Judging<'i, 'a> {
 
     /// The latest attempt failed for good on these inputs: said, and their digest recorded
     /// on the claim (`record`; `None`: it is already).
-    fn give_up(mut self, job: &Job, failure: Failure, record: Option<String>) -> Plan {
+    fn give_up(mut self, job: &Job, failure: Failure, record: Option<String>) -> Decision<Plan> {
         let Failure {
             permanent, message, ..
         } = failure;
@@ -1089,7 +1126,7 @@ impl<'i, 'a> Judging<'i, 'a> {
     /// Stage 4: the latest attempt failed: give up (for these inputs), start afresh (the
     /// inputs changed), or retry after the backoff, recording the attempt on the claim
     /// when its Job expires first.
-    fn after_failure(mut self, job: &Job, failure: Failure) -> Plan {
+    fn after_failure(mut self, job: &Job, failure: Failure) -> Decision<Plan> {
         let Failure {
             permanent,
             message,
@@ -1097,10 +1134,7 @@ impl<'i, 'a> Judging<'i, 'a> {
         } = failure;
         let attempt = self.attempt;
         let job_uid = job.metadata.uid.clone().unwrap_or_default();
-        let prepared = match self.prepared() {
-            Ok(p) => p,
-            Err(ask) => return ask,
-        };
+        let prepared = self.prepared()?;
         let gave_up = annotation(self.i.claim, ANN_GAVE_UP) == Some(prepared.inputs_hash.as_str());
         let same_inputs = job
             .metadata
@@ -1145,7 +1179,7 @@ impl<'i, 'a> Judging<'i, 'a> {
         );
         let unrecorded = self.on_claim < attempt;
         if remaining.is_zero() {
-            let next = self.start(attempt.saturating_add(1));
+            let next = self.start(attempt.saturating_add(1))?;
             // Held back (max-concurrent, a data source not usable yet, templates that do
             // not render): if the failed Job expires meanwhile, its number must not be lost
             // with it.
@@ -1157,7 +1191,7 @@ impl<'i, 'a> Judging<'i, 'a> {
                 };
                 return plan(step, next.notices);
             }
-            return next;
+            return Ok(next);
         }
         if unrecorded && expires_before(job, at, remaining + EXPIRY_MARGIN, i.now) {
             let step = Step::RecordAttempt {

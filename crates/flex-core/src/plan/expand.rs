@@ -9,7 +9,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use serde_json::{Value, json};
 
-use super::{Notice, reasons};
+use super::{Ask, Decision, Notice, reasons};
 use crate::job::{JobOutcome, attempt_of, expand_job, outcome, pod_failure, pods_of};
 use crate::names::LABEL_SIZE;
 use crate::quantity::parse_bytes;
@@ -49,8 +49,6 @@ pub struct ExpandInputs<'a> {
 pub enum ExpandStep {
     /// Nothing to grow.
     Ignore,
-    /// A Job is due: read the volume's record from the API server, then plan again.
-    ReadRecord,
     /// Mark the claim (a merge patch of its status) and start the Job.
     Start { job: Box<Job>, status: Value },
     /// A Job runs, or the next attempt is due after this long.
@@ -128,20 +126,22 @@ fn resource_statuses(claim: &PersistentVolumeClaim, value: Option<&str>) -> Valu
     }
 }
 
-pub fn plan_expand(i: ExpandInputs<'_>) -> ExpandPlan {
+/// The next step for a claim that may grow; a Job is built from the volume's record, asked
+/// for ([`Ask::Record`]) only once one is due.
+pub fn plan_expand(i: ExpandInputs<'_>) -> Decision<ExpandPlan> {
     let Some(g) = growth(&i) else {
-        return plan(ExpandStep::Ignore, vec![]);
+        return Ok(plan(ExpandStep::Ignore, vec![]));
     };
     // Already as big (an earlier Job grew it; the claim's status was not written yet).
     if g.pv_capacity >= g.requested {
-        return g.finish(None, vec![g.success()]);
+        return Ok(g.finish(None, vec![g.success()]));
     }
     let latest = i.jobs.iter().copied().max_by_key(|j| attempt_of(j));
     let mut notices = Vec::new();
     if let Some(job) = latest {
         notices.extend(pod_failures(&i, &g, job));
         if let Some(done) = judge_latest(&i, &g, job, &mut notices) {
-            return done;
+            return Ok(done);
         }
     }
     let next_attempt = latest.map_or(1, |j| attempt_of(j) + 1);
@@ -339,9 +339,9 @@ fn start(
     g: &Growth<'_>,
     next_attempt: u32,
     mut notices: Vec<Notice>,
-) -> ExpandPlan {
+) -> Decision<ExpandPlan> {
     let record = match &i.record {
-        None => return plan(ExpandStep::ReadRecord, notices),
+        None => return Err(Ask::Record),
         Some(Err(why)) => Err(why.clone()),
         Some(Ok(r)) => match r.expand.clone() {
             Some(recipe) => Ok((r, recipe)),
@@ -359,7 +359,7 @@ fn start(
                 )
                 .action("Expand"),
             );
-            return plan(ExpandStep::Blocked, notices);
+            return Ok(plan(ExpandStep::Blocked, notices));
         }
     };
     let job = expand_job(
@@ -386,13 +386,13 @@ fn start(
                "allocatedResourceStatuses": resource_statuses(g.claim, Some(RESIZE_IN_PROGRESS)),
                "conditions": conditions_with(g.claim, Some(condition(CONDITION_RESIZING, None, i.now)))}),
     );
-    plan(
+    Ok(plan(
         ExpandStep::Start {
             job: Box::new(job),
             status,
         },
         notices,
-    )
+    ))
 }
 
 #[cfg(test)]

@@ -10,6 +10,33 @@ pub mod volume;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+/// What a planner must have read before it can decide; the controller reads it and asks the
+/// planner again. A plan is never made from a guess: each of these is read from the API
+/// server (or, for [`Ask::Prepare`], computed) only at the moment a decision rests on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ask {
+    /// What an attempt is made from: the templates rendered, the inputs digested, the data
+    /// source resolved ([`claim::Prepared`]).
+    Prepare,
+    /// The claim's PV (a Job succeeded and the cache shows none).
+    Volume,
+    /// The pods of the claim's Jobs in this namespace (a report the cache does not show).
+    Pods { namespace: String },
+    /// The node the claim names (the cache does not show it). Asked only for a valid name:
+    /// it becomes the path of the read.
+    Node { name: String },
+    /// The volume's deprovision record.
+    Record,
+    /// The PV's claim, and the PV and its record afresh: the decision may destroy storage.
+    Claim,
+    /// What still names a finished Job's storage: its claim, a PV, a deprovision Job, a
+    /// record ([`orphan::Confirmed`]).
+    Traces,
+}
+
+/// A plan, or the one thing to read before there can be one.
+pub type Decision<P> = Result<P, Ask>;
+
 /// What a notice counts as in the metrics: read from here, never from its key or text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum NoticeKind {

@@ -16,6 +16,8 @@ use crate::names::{ANN_ALLOWED_VOLUMES, ANN_PV_CREATED, ANN_VOLUME_SOURCES};
 use crate::recipe::env_of;
 use crate::volume::pv_with_source;
 
+use super::{Ask, Decision};
+
 /// What the API server says about the Job's claim and volume, read just before deciding.
 #[derive(Debug, Clone, Copy)]
 pub struct Confirmed {
@@ -32,6 +34,17 @@ pub struct Confirmed {
     pub recorded: bool,
 }
 
+/// What has been read for a candidate beyond the caches.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OrphanRead {
+    /// What still names its storage ([`Ask::Traces`]; `None`: not read yet).
+    pub traces: Option<Confirmed>,
+    /// The pods were read from the API server ([`Ask::Pods`]), not taken from the cache.
+    pub pods_confirmed: bool,
+    /// The report has been waited for in the pod cache long enough: the API server is asked.
+    pub report_wait_over: bool,
+}
+
 #[derive(Debug, PartialEq)]
 pub enum OrphanStep {
     /// Not an orphan, or already handled.
@@ -40,7 +53,7 @@ pub enum OrphanStep {
     AwaitReport,
     /// Create this PV; the volume state machine deprovisions it.
     CreatePv(Box<PersistentVolume>),
-    /// The report cannot make a PV: nothing names the storage; tell it on the Job.
+    /// The report cannot make a PV, or is gone: nothing names the storage; tell it on the Job.
     BadReport(String),
 }
 
@@ -77,21 +90,30 @@ fn template(job: &Job) -> Option<PersistentVolume> {
     serde_json::from_str(&env_of(job, "PV_TEMPLATE")?).ok()
 }
 
-/// The decision for a candidate (see `is_candidate`), from what the API server confirmed.
-pub fn plan_orphan(job: &Job, pods: &[&Pod], confirmed: Confirmed) -> OrphanStep {
-    if !is_candidate(job)
-        || !confirmed.claim_leaving
-        || confirmed.pv_exists
-        || confirmed.deprovisioned
-        || confirmed.recorded
-    {
-        return OrphanStep::Nothing;
+/// The decision for a Job: a candidate (see `is_candidate`) is decided only from what the
+/// API server says still names its storage.
+pub fn plan_orphan(job: &Job, pods: &[&Pod], read: &OrphanRead) -> Decision<OrphanStep> {
+    if !is_candidate(job) {
+        return Ok(OrphanStep::Nothing);
+    }
+    let Some(traces) = read.traces else {
+        return Err(Ask::Traces);
+    };
+    if !traces.claim_leaving || traces.pv_exists || traces.deprovisioned || traces.recorded {
+        return Ok(OrphanStep::Nothing);
     }
     let Some(template) = template(job) else {
-        return OrphanStep::Nothing;
+        return Ok(OrphanStep::Nothing);
     };
     let Some(report) = report_of(job, pods) else {
-        return OrphanStep::AwaitReport;
+        // A pod watch that lags under load must not make storage look lost.
+        return match (read.pods_confirmed, read.report_wait_over) {
+            (true, _) => Ok(OrphanStep::BadReport(REPORT_GONE.to_owned())),
+            (false, true) => Err(Ask::Pods {
+                namespace: job.metadata.namespace.clone().unwrap_or_default(),
+            }),
+            (false, false) => Ok(OrphanStep::AwaitReport),
+        };
     };
     let annotations = job.metadata.annotations.as_ref();
     let allowed = annotations
@@ -115,13 +137,15 @@ pub fn plan_orphan(job: &Job, pods: &[&Pod], confirmed: Confirmed) -> OrphanStep
         let source = check_report(&report, &allowed, &declared?)?;
         Ok(pv_with_source(&template, &source)?)
     });
-    match made {
+    Ok(match made {
         Ok(pv) => OrphanStep::CreatePv(Box::new(pv)),
         Err(why) => OrphanStep::BadReport(format!(
             "its claim was deleted while it ran, and its storage cannot be cleaned up automatically: {why}; remove what the image made by hand"
         )),
-    }
+    })
 }
+
+const REPORT_GONE: &str = "its claim was deleted while it ran, and its pod's report is gone: what the image made cannot be cleaned up automatically; remove it by hand";
 
 /// Why an orphaned Job's report makes no PV.
 #[derive(Debug, thiserror::Error)]

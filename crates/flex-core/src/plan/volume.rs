@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeCl
 use serde_json::{Value, json};
 
 use super::retry::{delay_after, wait_remaining};
-use super::{Notice, NoticeKind, reasons};
+use super::{Ask, Decision, Notice, NoticeKind, reasons};
 use crate::job::{JobOutcome, attempt_of, deprovision_job, outcome, pods_of};
 use crate::names::{ANN_VOLUME_UID, FINALIZER_DEPROVISION};
 use crate::record::read_record;
@@ -95,12 +95,6 @@ pub enum VolumeState {
 pub enum VolumeStep {
     /// Nothing to do until the PV, its claim or its Jobs change.
     Ignore,
-    /// The decision may destroy storage: read the claim (and the PV and its record) from the
-    /// API server, then plan again.
-    ConfirmClaim,
-    /// The claim is known gone (Kubernetes released the volume): read only the record from
-    /// the API server, then plan again.
-    ReadRecord,
     /// A Job runs, or a retry is due after this long.
     Wait(Duration),
     /// Write this deprovision record (built from the provisioning Job that made the PV),
@@ -241,22 +235,26 @@ pub fn state_of(i: &VolumeInputs<'_>) -> VolumeState {
     }
 }
 
-pub fn plan_volume(i: &VolumeInputs<'_>) -> VolumePlan {
+/// The next step for a PV; a decision that may destroy storage first asks for the claim
+/// ([`Ask::Claim`]) or, when Kubernetes released the volume, for its record ([`Ask::Record`]).
+pub fn plan_volume(i: &VolumeInputs<'_>) -> Decision<VolumePlan> {
     let state = state_of(i);
-    let done = |step| VolumePlan {
-        state,
-        step,
-        notices: vec![],
+    let done = |step| {
+        Ok(VolumePlan {
+            state,
+            step,
+            notices: vec![],
+        })
     };
     let pv = i.pv;
     let deleting = pv.metadata.deletion_timestamp.is_some();
     match state {
         VolumeState::NotOurs | VolumeState::InUse | VolumeState::Idle => done(VolumeStep::Ignore),
-        VolumeState::HandedOver => VolumePlan {
+        VolumeState::HandedOver => Ok(VolumePlan {
             state,
             step: VolumeStep::Ignore,
             notices: vec![handed_over_notice(pv, i.named_by_claim)],
-        },
+        }),
         VolumeState::Deprovisioned if has_finalizer(pv) => done(VolumeStep::Finish(
             finalizer_patch(pv, json!({ ANN_DEPROVISIONED: "true" })),
         )),
@@ -302,12 +300,12 @@ pub fn plan_volume(i: &VolumeInputs<'_>) -> VolumePlan {
             })
         }
         VolumeState::DeletedDelete | VolumeState::Released => {
-            let mut p = deprovision(i);
+            let mut p = deprovision(i)?;
             p.state = state;
             if matches!(p.step, VolumeStep::CreateJob(_)) && !claim_known_gone(i) {
-                p.step = VolumeStep::ConfirmClaim;
+                return Err(Ask::Claim);
             }
-            p
+            Ok(p)
         }
     }
 }
@@ -379,15 +377,15 @@ fn claim_known_gone(i: &VolumeInputs<'_>) -> bool {
 
 /// Storage to be destroyed: wait for a provisioning pod still at work, then run the
 /// deprovision Job until it succeeds, retrying failures with growing delays.
-fn released(step: VolumeStep, notices: Vec<Notice>) -> VolumePlan {
-    VolumePlan {
+fn released(step: VolumeStep, notices: Vec<Notice>) -> Decision<VolumePlan> {
+    Ok(VolumePlan {
         state: VolumeState::Released,
         step,
         notices,
-    }
+    })
 }
 
-fn deprovision(i: &VolumeInputs<'_>) -> VolumePlan {
+fn deprovision(i: &VolumeInputs<'_>) -> Decision<VolumePlan> {
     let pv = i.pv;
     if i.provisioning {
         return released(VolumeStep::Wait(RUNNING_RECHECK), vec![]);
@@ -451,7 +449,7 @@ fn create_deprovision_job(
     i: &VolumeInputs<'_>,
     attempt: u32,
     mut notices: Vec<Notice>,
-) -> VolumePlan {
+) -> Decision<VolumePlan> {
     let pv = i.pv;
     let from_job = || {
         i.provision_jobs
@@ -464,8 +462,8 @@ fn create_deprovision_job(
     };
     match read {
         // The claim and the record are read from the API server right before.
-        _ if !claim_known_gone(i) => released(VolumeStep::ConfirmClaim, notices),
-        _ if !i.claim_confirmed && !i.record_read => released(VolumeStep::ReadRecord, notices),
+        _ if !claim_known_gone(i) => Err(Ask::Claim),
+        _ if !i.claim_confirmed && !i.record_read => Err(Ask::Record),
         Err(_)
             if i.record.is_none()
                 && let Some(record) = from_job() =>

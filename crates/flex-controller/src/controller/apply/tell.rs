@@ -127,6 +127,19 @@ impl Applier {
 
     /// A volume's storage is gone: timed from `since` (its first deprovision Job), when
     /// there is one, then counted; in that order for the reason `tell_timed` gives.
+    /// A ConfigMap's problems, each an event on it; its errors are counted for the class.
+    pub async fn tell_config_problems(&self, class: &str, r: &super::super::configs::ConfigReport) {
+        let on = r.config_map.object_ref(&());
+        let errors = r.problems.iter().filter(|p| p.is_error()).count() as u64;
+        (self.metrics.config_errors_total)
+            .with_label_values(&[class])
+            .inc_by(errors);
+        for p in &r.problems {
+            let reason = flex_core::plan::reasons::CONFIG_INVALID;
+            self.event(&on, p.is_error(), reason, &p.to_string()).await;
+        }
+    }
+
     pub(super) fn count_deleted(&self, class: &str, since: Option<jiff::Timestamp>) {
         if let Some(t) = since {
             self.metrics

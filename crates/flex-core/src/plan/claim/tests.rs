@@ -135,8 +135,23 @@ fn case(config: &ClassConfig) -> Case<'_> {
 /// The plan as the controller makes it: when the planner asks for what an attempt is made
 /// from, it is prepared (with the case's digest) and the claim planned again.
 fn run(c: &Case<'_>) -> Plan {
+    match decide(c) {
+        Ok(p) => p,
+        Err(ask) => panic!("asked for {ask:?}"),
+    }
+}
+
+/// What the planner asks the controller to read, where it asks.
+fn asked(c: &Case<'_>) -> Ask {
+    match decide(c) {
+        Ok(p) => panic!("decided without asking: {:?}", p.step),
+        Err(ask) => ask,
+    }
+}
+
+fn decide(c: &Case<'_>) -> Decision<Plan> {
     let first = plan_unprepared(c, None);
-    if first.step != Step::Prepare {
+    if first != Err(Ask::Prepare) {
         return first;
     }
     let ConfigState::Ready(config) = c.config else {
@@ -147,12 +162,19 @@ fn run(c: &Case<'_>) -> Plan {
     let mut prepared = Prepared::here(config, &request, node, P, c.source.clone());
     prepared.inputs_hash = c.hash.to_owned();
     let again = plan_unprepared(c, Some(&prepared));
-    assert_ne!(again.step, Step::Prepare, "asked twice");
+    assert_ne!(again, Err(Ask::Prepare), "asked twice");
     again
 }
 
-fn plan_unprepared(c: &Case<'_>, prepared: Option<&Prepared>) -> Plan {
+fn plan_unprepared(c: &Case<'_>, prepared: Option<&Prepared>) -> Decision<Plan> {
     plan_claim(&ClaimInputs {
+        prepared,
+        ..inputs_of(c)
+    })
+}
+
+fn inputs_of<'a>(c: &'a Case<'_>) -> ClaimInputs<'a> {
+    ClaimInputs {
         claim: &c.claim,
         provisioner_name: P,
         class_provisioner: c.class_provisioner,
@@ -165,12 +187,13 @@ fn plan_unprepared(c: &Case<'_>, prepared: Option<&Prepared>) -> Plan {
         node: c.node.as_ref(),
         node_absence_confirmed: c.node_absence_confirmed,
         active_jobs_of_class: c.active,
-        prepared,
+        prepared: None,
         retry_base: Duration::from_secs(10),
         job_ttl_seconds: 600,
         now: c.now.parse().unwrap(),
         created_attempt: c.created,
-    })
+        not_starting: vec![],
+    }
 }
 
 fn starts(p: &Plan) -> Option<u32> {
@@ -236,10 +259,19 @@ fn a_fresh_claim_starts_attempt_one() {
     let cfg = config(json!({}), "Immediate");
     let p = run(&case(&cfg));
     assert_eq!(starts(&p), Some(1));
-    let Step::CreateJob { job, .. } = p.step else {
+    let Step::CreateJob { job, started, .. } = p.step else {
         unreachable!()
     };
     assert_eq!(job.metadata.name.as_deref(), Some("provision-u-1"));
+    // Said once the Job is created: the sig-storage library's reason, our attempt and Job.
+    assert_eq!((started.reason, started.warning), ("Provisioning", false));
+    assert!(
+        started
+            .message
+            .contains("(attempt 1, Job ns/provision-u-1)"),
+        "{}",
+        started.message
+    );
     let env = |name| crate::recipe::env_of(&job, name).unwrap();
     assert_eq!(env("PARAMETERS"), r#"{"dir":"/v/data"}"#);
     let template: Value = serde_json::from_str(&env("PV_TEMPLATE")).unwrap();
@@ -247,6 +279,37 @@ fn a_fresh_claim_starts_attempt_one() {
     let annotations = job.metadata.annotations.unwrap();
     assert_eq!(annotations[ANN_INPUTS], "h1", "the prepared digest");
     assert_eq!(job.spec.unwrap().ttl_seconds_after_finished, Some(600));
+}
+
+/// A running Job whose pod cannot even be created says why, with the Job controller's own
+/// words, on the claim; a Job with no such event says nothing.
+#[test]
+fn a_job_that_cannot_create_its_pod_says_why() {
+    let cfg = config(json!({}), "Immediate");
+    let c = Case {
+        jobs: vec![job(1, json!({}), "h1")],
+        ..case(&cfg)
+    };
+    let quiet = run(&c);
+    assert_eq!(quiet.step, Step::Running { attempt: 1 });
+    assert!(quiet.notices.is_empty(), "{:?}", quiet.notices);
+    let why = "pods \"x\" is forbidden: exceeded quota";
+    let p = plan_claim(&ClaimInputs {
+        not_starting: vec![(&c.jobs[0], why)],
+        ..inputs_of(&c)
+    })
+    .unwrap();
+    assert_eq!(p.step, Step::Running { attempt: 1 });
+    let [n] = p.notices.as_slice() else {
+        panic!("{:?}", p.notices)
+    };
+    assert_eq!((n.reason, n.warning), ("ProvisionerPodNotStarting", true));
+    assert!(
+        n.message
+            .starts_with("attempt 1: the Job provision-u-1-1 cannot create its pod: pods"),
+        "{}",
+        n.message
+    );
 }
 
 /// Rendering and the digest are asked for only when an attempt is started, retried or given
@@ -297,8 +360,8 @@ fn only_a_decision_about_an_attempt_asks_for_its_inputs() {
         ),
         ("a claim that gave up", &given_up, true),
     ] {
-        let step = plan_unprepared(c, None).step;
-        assert_eq!(step == Step::Prepare, asks, "{what}: {step:?}");
+        let decided = plan_unprepared(c, None);
+        assert_eq!(decided == Err(Ask::Prepare), asks, "{what}: {decided:?}");
     }
     assert!(matches!(run(&bound).step, Step::Provisioned { .. }));
     assert_eq!(run(&given_up).step, Step::Blocked, "the digest matched");
@@ -366,9 +429,7 @@ fn wait_for_first_consumer_waits_for_a_node() {
     };
     // Selected, but the node cache does not show the node yet (it may have just joined):
     // the API server is asked before anything is decided.
-    let p = run(&c);
-    assert_eq!(p.step, Step::ConfirmNode { name: "n1".into() });
-    assert!(p.notices.is_empty(), "{:?}", p.notices);
+    assert_eq!(asked(&c), Ask::Node { name: "n1".into() });
     let node: k8s_openapi::api::core::v1::Node =
         serde_json::from_value(json!({"metadata": {"name": "n1"}})).unwrap();
     c.node = Some(NodeInfo::from_node(&node));
@@ -424,10 +485,8 @@ fn a_selected_node_that_does_not_exist_goes_back_to_the_scheduler() {
     // and no word before the API server was asked.
     c.claim = ghost("gone-node");
     c.jobs = vec![job(1, json!({}), "h1")];
-    let p = run(&c);
     let name = "gone-node".to_owned();
-    assert_eq!(p.step, Step::ConfirmNode { name });
-    assert!(p.notices.is_empty(), "{:?}", p.notices);
+    assert_eq!(asked(&c), Ask::Node { name });
     c.node_absence_confirmed = true;
     let p = run(&c);
     assert_eq!(p.step, Step::AwaitNode);
@@ -661,9 +720,7 @@ fn transient_failures_back_off_then_retry() {
         pv_absence_confirmed: false,
         ..case(&image_mode)
     };
-    let p = run(&c);
-    assert_eq!(p.step, Step::ConfirmPv);
-    assert!(p.notices.iter().all(|n| !n.warning), "{:?}", p.notices);
+    assert_eq!(asked(&c), Ask::Volume);
     // Confirmed absent: a failed attempt too.
     let c = Case {
         pv_absence_confirmed: true,
@@ -1068,14 +1125,12 @@ fn the_controller_creates_the_pv_from_a_valid_report_only() {
         Step::AwaitReport
     );
     let late = done(vec![], "2026-01-01T00:10:00Z");
-    let p = run(&late);
     assert_eq!(
-        p.step,
-        Step::ConfirmReport {
+        asked(&late),
+        Ask::Pods {
             namespace: "flex-provisioner-config".into()
         }
     );
-    assert!(p.notices.iter().all(|n| !n.warning), "{:?}", p.notices);
     let confirmed = Case {
         pods_confirmed: true,
         ..late
@@ -1244,12 +1299,17 @@ fn a_wrong_image_pv_that_got_bound_is_reported_and_never_adopted() {
         ..case(&image_mode)
     };
     let p = run(&c);
-    let Step::BoundToUnverified { pv: on } = &p.step else {
+    let Step::BoundToUnverified { pv: on, on_pv } = &p.step else {
         panic!("{:?}", p.step)
     };
     assert_eq!(on.name.as_deref(), Some(format!("pvc-{UID}").as_str()));
     assert_eq!(p.notices.len(), 1);
     let n = &p.notices[0];
+    // The same words on the PV, where an admin looks; counted once, on the claim.
+    assert_eq!(on_pv.len(), 1);
+    assert_eq!(on_pv[0].key, format!("on-pv/{}", n.key));
+    assert_eq!(on_pv[0].message, n.message);
+    assert_eq!(on_pv[0].kind, crate::plan::NoticeKind::Other);
     assert!(n.warning, "{n:?}");
     assert_eq!(
         n.kind,

@@ -3,6 +3,14 @@ use super::*;
 use crate::names::LABEL_ACTION;
 use serde_json::{Value, json};
 
+fn decide(job: &Job, pods: &[&Pod], traces: Confirmed) -> OrphanStep {
+    let read = OrphanRead {
+        traces: Some(traces),
+        ..OrphanRead::default()
+    };
+    plan_orphan(job, pods, &read).expect("decided from what was read")
+}
+
 const CONFIRMED: Confirmed = Confirmed {
     claim_leaving: true,
     pv_exists: false,
@@ -47,7 +55,7 @@ const NFS: &str = r#"{"nfs":{"server":"10.0.0.5","path":"/exports/pvc-u1"}}"#;
 fn a_report_for_a_deleted_claim_becomes_a_pv_to_deprovision() {
     let j = job("controller", "Delete", Some("nfs"));
     let p = pod(NFS);
-    let OrphanStep::CreatePv(pv) = plan_orphan(&j, &[&p], CONFIRMED) else {
+    let OrphanStep::CreatePv(pv) = decide(&j, &[&p], CONFIRMED) else {
         panic!("a PV for the orphaned storage")
     };
     let v: Value = serde_json::to_value(&pv).unwrap();
@@ -85,7 +93,7 @@ fn nothing_is_made_unless_the_api_server_confirmed_it_is_needed() {
         },
     ] {
         assert_eq!(
-            plan_orphan(&j, &[&p], confirmed),
+            decide(&j, &[&p], confirmed),
             OrphanStep::Nothing,
             "{confirmed:?}"
         );
@@ -117,15 +125,28 @@ fn only_succeeded_controller_mode_delete_jobs_are_candidates() {
         .get_or_insert_with(Default::default)
         .insert(crate::names::ANN_PV_CREATED.into(), "true".into());
     assert!(!is_candidate(&created));
-    assert_eq!(plan_orphan(&created, &[&p], CONFIRMED), OrphanStep::Nothing);
+    assert_eq!(decide(&created, &[&p], CONFIRMED), OrphanStep::Nothing);
 }
 
 #[test]
 fn a_missing_report_is_awaited_and_a_bad_one_refused() {
     let j = job("controller", "Delete", Some("nfs"));
-    assert_eq!(plan_orphan(&j, &[], CONFIRMED), OrphanStep::AwaitReport);
+    assert_eq!(decide(&j, &[], CONFIRMED), OrphanStep::AwaitReport);
+    // Nothing is decided before the API server said what names the storage; past the wait
+    // the pods are read from it, and only its answer calls the report gone.
+    let mut read = OrphanRead::default();
+    assert_eq!(plan_orphan(&j, &[], &read), Err(Ask::Traces));
+    read.traces = Some(CONFIRMED);
+    read.report_wait_over = true;
+    let namespace = j.metadata.namespace.clone().unwrap_or_default();
+    assert_eq!(plan_orphan(&j, &[], &read), Err(Ask::Pods { namespace }));
+    read.pods_confirmed = true;
+    let Ok(OrphanStep::BadReport(why)) = plan_orphan(&j, &[], &read) else {
+        panic!("the API server shows no report either")
+    };
+    assert!(why.contains("report is gone"), "{why}");
     let hostpath = pod(r#"{"hostPath":{"path":"/"}}"#);
-    let OrphanStep::BadReport(why) = plan_orphan(&j, &[&hostpath], CONFIRMED) else {
+    let OrphanStep::BadReport(why) = decide(&j, &[&hostpath], CONFIRMED) else {
         panic!("a source type the class did not allow")
     };
     assert!(why.contains("does not allow"), "{why}");
@@ -133,7 +154,7 @@ fn a_missing_report_is_awaited_and_a_bad_one_refused() {
     let bare = job("controller", "Delete", None);
     let p = pod(NFS);
     assert!(matches!(
-        plan_orphan(&bare, &[&p], CONFIRMED),
+        decide(&bare, &[&p], CONFIRMED),
         OrphanStep::BadReport(_)
     ));
 }
@@ -155,7 +176,7 @@ fn an_orphans_report_must_lie_inside_what_the_job_declared() {
             "which is not below allowed-nfs-paths (/exports)",
         ),
     ] {
-        let OrphanStep::BadReport(why) = plan_orphan(&j, &[&pod(report)], CONFIRMED) else {
+        let OrphanStep::BadReport(why) = decide(&j, &[&pod(report)], CONFIRMED) else {
             panic!("{report} is outside the declaration")
         };
         assert!(why.contains(says), "{why}");
@@ -169,7 +190,7 @@ fn an_orphans_report_must_lie_inside_what_the_job_declared() {
         .as_mut()
         .unwrap()
         .remove(ANN_ALLOWED_VOLUMES);
-    let OrphanStep::BadReport(why) = plan_orphan(&older, &[&pod(NFS)], CONFIRMED) else {
+    let OrphanStep::BadReport(why) = decide(&older, &[&pod(NFS)], CONFIRMED) else {
         panic!("nothing declared")
     };
     assert!(why.contains("declares no allowed-nfs-servers"), "{why}");
@@ -187,11 +208,11 @@ fn an_orphans_report_must_lie_inside_what_the_job_declared() {
         )
     };
     assert!(matches!(
-        plan_orphan(&j, &[&csi("kube-system")], CONFIRMED),
+        decide(&j, &[&csi("kube-system")], CONFIRMED),
         OrphanStep::BadReport(why) if why.contains("must name the config namespace cfg")
     ));
     assert!(matches!(
-        plan_orphan(&j, &[&csi("cfg")], CONFIRMED),
+        decide(&j, &[&csi("cfg")], CONFIRMED),
         OrphanStep::CreatePv(_)
     ));
 }
