@@ -350,16 +350,7 @@ async fn apply(g: &Gathered, ctx: &Context, plan: Plan) -> crate::Result<Action>
             apply.tell_claim(&g.claim, &g.class, &[*started]).await;
         }
         // Nothing to write: the notices said it all, or it is a wait.
-        Step::Ignore
-        | Step::Running { .. }
-        | Step::WaitForNode
-        | Step::AwaitNode
-        | Step::Blocked
-        | Step::AwaitSource { .. }
-        | Step::Throttled
-        | Step::AwaitPvRemoval
-        | Step::AwaitReport
-        | Step::Backoff { .. } => {}
+        Step::Wait(_) | Step::Running { .. } | Step::Backoff { .. } => {}
     }
     Ok(again)
 }

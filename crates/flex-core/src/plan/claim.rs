@@ -122,23 +122,14 @@ impl Prepared {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Step {
-    /// Not ours, or nothing to do (bound, being deleted, not pending).
-    Ignore,
-    /// WaitForFirstConsumer: no node selected yet.
-    WaitForNode,
+    /// Nothing to write: look again when the claim, its Jobs, pods, PV, class or ConfigMap
+    /// change (`None`), or after this long at the latest. Why, where users must know, is in
+    /// the notices.
+    Wait(Option<Duration>),
     /// The node the claim names does not exist and no attempt has started: hand the claim
     /// back to the scheduler by removing its selected-node annotation (this patch, under
     /// the claim's resourceVersion), as Kubernetes' own provisioners do.
     Reschedule { patch: Value },
-    /// The node an attempt was started for does not exist (the API server said so): a Job
-    /// or PV made now would lack its placement or its node affinity, so the claim waits.
-    AwaitNode,
-    /// Nothing can happen until the claim or the configuration changes.
-    Blocked,
-    /// The claim's data source cannot be used yet (a source claim not bound, an object the
-    /// controller may not read): nothing about this claim will change when it can, so it is
-    /// looked at again after `wait`, soon at first and less often the longer it has waited.
-    AwaitSource { wait: Duration },
     /// Give up for good on these inputs (their digest is recorded on the claim, with the
     /// attempt number).
     GiveUp { attempt: u32, inputs_hash: String },
@@ -154,8 +145,6 @@ pub enum Step {
     },
     /// The attempt's Job is running.
     Running { attempt: u32 },
-    /// `max-concurrent` Jobs of the class are running.
-    Throttled,
     /// The PV is right: add the bookkeeping it lacks, if any.
     Provisioned {
         patch: Option<Value>,
@@ -173,16 +162,11 @@ pub enum Step {
     /// The PV our image made is wrong for this claim: delete it (provided it still has this
     /// uid), then the next attempt starts.
     RemoveWrongPv { uid: String },
-    /// A wrong PV is being removed: look again shortly (its disappearance may not come
-    /// back to this claim as an event: its claimRef may name another claim).
-    AwaitPvRemoval,
     /// Wait before attempt `next_attempt`.
     Backoff { next_attempt: u32, wait: Duration },
     /// `pv-creator: controller`: the Job succeeded and reported a valid volume source;
     /// create this PV (a conflict means it exists already: plan again once it is seen).
     CreatePv { pv: Box<PersistentVolume> },
-    /// The Job succeeded but its pod, which holds the report, is not in the cache yet.
-    AwaitReport,
 }
 
 /// How long a running attempt waits for a look without a change: every change of its Job,
@@ -211,25 +195,25 @@ fn source_recheck(waited: Duration) -> Duration {
 /// A read or removal in flight: its answer comes within moments.
 const SOON: Duration = Duration::from_secs(1);
 
+/// Nothing to do until something about the claim changes.
+const ON_CHANGE: Step = Step::Wait(None);
+/// Nothing can happen until the claim or the configuration changes (or, for a claim whose
+/// attempt's node is gone, until the node is back: no watch of nodes brings the claim back).
+const BLOCKED: Step = Step::Wait(Some(BLOCKED_RECHECK));
+
 impl Step {
     /// When the claim is looked at again after this step is carried out (`None`: when
     /// something about it changes).
     pub fn recheck(&self) -> Option<Duration> {
         match self {
-            Step::Ignore
-            | Step::WaitForNode
+            Step::Wait(wait) => *wait,
+            // The patch changes the claim, which brings it back.
+            Step::Reschedule { .. }
             | Step::GiveUp { .. }
             | Step::BoundToUnverified { .. }
             | Step::Provisioned { .. }
             | Step::CreatePv { .. } => None,
-            Step::Blocked => Some(BLOCKED_RECHECK),
-            Step::AwaitSource { wait } => Some(*wait),
-            Step::Throttled => Some(THROTTLED_RECHECK),
-            // No watch of nodes brings the claim back.
-            Step::AwaitNode => Some(BLOCKED_RECHECK),
-            // The patch changes the claim, which brings it back.
-            Step::Reschedule { .. } => None,
-            Step::AwaitPvRemoval | Step::AwaitReport | Step::RemoveWrongPv { .. } => Some(SOON),
+            Step::RemoveWrongPv { .. } => Some(SOON),
             Step::Backoff { wait, .. } | Step::RecordAttempt { wait, .. } => Some(*wait),
             Step::Running { .. } | Step::CreateJob { .. } => Some(RUNNING_RECHECK),
         }
@@ -448,7 +432,7 @@ pub fn plan_claim(i: &ClaimInputs<'_>) -> Decision<Plan> {
     };
     let mut decided = match i.pv {
         Some(pv) => judging.judge_pv(pv)?,
-        None if judging.stage != Stage::Pending => return plan(Step::Ignore, vec![]),
+        None if judging.stage != Stage::Pending => return plan(ON_CHANGE, vec![]),
         None => judging.judge_job()?,
     };
     if let Step::Running { attempt } = decided.step {
@@ -506,12 +490,12 @@ fn blocked(
     mut notices: Vec<Notice>,
 ) -> Decision<Plan> {
     if *stage != Stage::Pending {
-        return plan(Step::Ignore, vec![]);
+        return plan(ON_CHANGE, vec![]);
     }
     notices.push(
         Notice::warning(format!("{key}/{}", short_hash(&message)), reason, message).action(action),
     );
-    plan(Step::Blocked, notices)
+    plan(BLOCKED, notices)
 }
 
 /// Stage 1: whether the claim is ours and can be served at all (its fields, its class's
@@ -519,7 +503,7 @@ fn blocked(
 fn gate<'a>(i: &ClaimInputs<'a>) -> Result<Gated<'a>, Decision<Plan>> {
     let stage = stage(i.claim);
     if stage == Stage::Other || !is_ours(i.claim, i.class_provisioner, i.provisioner_name) {
-        return Err(plan(Step::Ignore, vec![]));
+        return Err(plan(ON_CHANGE, vec![]));
     }
     let request = ClaimRequest::from_claim(i.claim).map_err(|e| {
         let message = format!("cannot provision this claim: {e}");
@@ -548,7 +532,7 @@ fn gate<'a>(i: &ClaimInputs<'a>) -> Result<Gated<'a>, Decision<Plan>> {
         }
     };
     if config.class.waits_for_consumer() && request.selected_node.is_none() {
-        return Err(plan(Step::WaitForNode, vec![]));
+        return Err(plan(ON_CHANGE, vec![]));
     }
     if stage == Stage::Pending
         && i.node.is_none()
@@ -591,7 +575,7 @@ fn node_missing(i: &ClaimInputs<'_>, node: &str) -> Decision<Plan> {
         );
         let notice =
             Notice::warning(format!("node-gone/{key}"), reasons::FAILED, message).action("Observe");
-        return plan(Step::AwaitNode, vec![notice]);
+        return plan(BLOCKED, vec![notice]);
     }
     let patch = serde_json::json!({"metadata": {
         "annotations": {ANN_SELECTED_NODE: null},
@@ -789,7 +773,7 @@ impl<'i, 'a> Judging<'i, 'a> {
             return plan(step, self.notices);
         }
         if self.throttled {
-            return plan(Step::Throttled, self.notices);
+            return plan(Step::Wait(Some(THROTTLED_RECHECK)), self.notices);
         }
         let job = provision_job(
             ProvisionContext {
@@ -903,7 +887,7 @@ impl<'i, 'a> Judging<'i, 'a> {
             // Removal requested: the volume controller cleans its storage and drops our
             // finalizer; its disappearance brings this claim back.
             PvCheck::Wrong(_) if pv.metadata.deletion_timestamp.is_some() => {
-                plan(Step::AwaitPvRemoval, self.notices)
+                plan(Step::Wait(Some(SOON)), self.notices)
             }
             // The controller makes PVs only from a verified report, so a wrong one in
             // controller mode is someone else's, whenever it was made.
@@ -923,7 +907,7 @@ impl<'i, 'a> Judging<'i, 'a> {
                     reasons::FAILED,
                     format!("PersistentVolume {volume} exists but was not made by a provisioning Job of this claim, and {why}; it is left alone and this claim cannot be provisioned until an admin inspects and deletes it"),
                 ).about(pv).action("Verify"));
-                plan(Step::Blocked, self.notices)
+                plan(BLOCKED, self.notices)
             }
         }
     }
@@ -948,7 +932,7 @@ impl<'i, 'a> Judging<'i, 'a> {
                 reasons::FAILED,
                 format!("PersistentVolume {volume} exists but was not made by a provisioning Job of this claim; it is left alone, gets no records of ours and is never deprovisioned by us: an admin should inspect it"),
             ).about(pv).action("Verify"));
-            return plan(Step::Blocked, self.notices);
+            return plan(BLOCKED, self.notices);
         }
         if !announce {
             return plan(
@@ -985,7 +969,7 @@ impl<'i, 'a> Judging<'i, 'a> {
                 return plan(Step::Running { attempt }, self.notices);
             }
             match self.gave_up() {
-                Ok(true) => return plan(Step::Blocked, self.notices),
+                Ok(true) => return plan(BLOCKED, self.notices),
                 Ok(false) => {}
                 Err(ask) => return Err(ask),
             }
@@ -1055,7 +1039,7 @@ impl<'i, 'a> Judging<'i, 'a> {
                 d.is_negative() || d.unsigned_abs() < REPORT_WAIT
             });
             if fresh {
-                return Err(Ok(Step::AwaitReport));
+                return Err(Ok(Step::Wait(Some(SOON))));
             }
             if !self.i.pods_confirmed {
                 return Err(Err(Ask::Pods {
@@ -1114,7 +1098,7 @@ impl<'i, 'a> Judging<'i, 'a> {
             .action("GiveUp"),
         );
         let step = match record {
-            None => Step::Blocked,
+            None => BLOCKED,
             Some(inputs_hash) => Step::GiveUp {
                 attempt,
                 inputs_hash,
@@ -1243,7 +1227,7 @@ fn source_problem(
         .is_some_and(|n| *n != request.namespace)
     {
         return Some((
-            Step::Blocked,
+            BLOCKED,
             format!(
                 "cannot provision this claim: its data source {} {} is in namespace {}; only sources in the claim's own namespace are used",
                 ds.kind,
@@ -1254,7 +1238,7 @@ fn source_problem(
     }
     if !config.provisioner.data_sources.contains(&kind) {
         return Some((
-            Step::Blocked,
+            BLOCKED,
             format!(
                 "cannot provision this claim: {}; the class's ConfigMap lists no `{kind}` in data-sources",
                 crate::claim::ClaimError::DataSource(format!("{} {}", ds.kind, ds.name))
@@ -1263,9 +1247,7 @@ fn source_problem(
     }
     let wait = |why: &str| {
         Some((
-            Step::AwaitSource {
-                wait: source_recheck(waited),
-            },
+            Step::Wait(Some(source_recheck(waited))),
             format!(
                 "cannot provision this claim from {} {} yet: {why}",
                 ds.kind, ds.name

@@ -216,7 +216,7 @@ fn claims_that_are_not_ours_or_not_pending_are_ignored() {
             claim: claim(extra.clone()),
             ..case(&cfg)
         };
-        assert_eq!(run(&c).step, Step::Ignore, "{extra}");
+        assert_eq!(run(&c).step, ON_CHANGE, "{extra}");
     }
     let mut beta = claim(
         json!({"metadata": {"annotations": {"volume.beta.kubernetes.io/storage-provisioner": P}}}),
@@ -246,7 +246,7 @@ fn a_claim_is_ours_by_its_class_never_by_its_own_annotation() {
             class_provisioner: class,
             ..case(&cfg)
         };
-        assert_eq!(run(&c).step, Step::Ignore, "{class:?}");
+        assert_eq!(run(&c).step, ON_CHANGE, "{class:?}");
     }
     assert!(
         starts(&run(&case(&cfg))).is_some(),
@@ -364,7 +364,7 @@ fn only_a_decision_about_an_attempt_asks_for_its_inputs() {
         assert_eq!(decided == Err(Ask::Prepare), asks, "{what}: {decided:?}");
     }
     assert!(matches!(run(&bound).step, Step::Provisioned { .. }));
-    assert_eq!(run(&given_up).step, Step::Blocked, "the digest matched");
+    assert_eq!(run(&given_up).step, BLOCKED, "the digest matched");
 }
 
 #[test]
@@ -375,7 +375,7 @@ fn unservable_claims_and_configurations_block_with_a_reason() {
         ..case(&cfg)
     };
     let p = run(&c);
-    assert_eq!(p.step, Step::Blocked);
+    assert_eq!(p.step, BLOCKED);
     assert!(
         p.notices[0].message.contains("spec.selector"),
         "{:?}",
@@ -386,12 +386,12 @@ fn unservable_claims_and_configurations_block_with_a_reason() {
         ..case(&cfg)
     };
     let p = run(&c);
-    assert_eq!(p.step, Step::Blocked);
+    assert_eq!(p.step, BLOCKED);
     assert_eq!(p.notices[0].reason, reasons::CONFIG_INVALID);
     // A template that needs a label the claim lacks.
     let strict = config(json!({"team": "{{claim.labels.team}}"}), "Immediate");
     let p = run(&case(&strict));
-    assert_eq!(p.step, Step::Blocked);
+    assert_eq!(p.step, BLOCKED);
     assert!(
         p.notices[0].message.contains("claim.labels.team"),
         "{:?}",
@@ -407,7 +407,7 @@ fn an_invalid_configuration_blocks_the_class_with_its_problem() {
         ..case(&cfg)
     };
     let p = run(&c);
-    assert_eq!(p.step, Step::Blocked);
+    assert_eq!(p.step, BLOCKED);
     assert_eq!(p.notices[0].reason, reasons::CONFIG_INVALID);
     assert!(p.notices[0].message.contains("bad key"), "{:?}", p.notices);
 }
@@ -415,9 +415,9 @@ fn an_invalid_configuration_blocks_the_class_with_its_problem() {
 #[test]
 fn wait_for_first_consumer_waits_for_a_node() {
     let cfg = config(json!({}), "WaitForFirstConsumer");
-    assert_eq!(run(&case(&cfg)).step, Step::WaitForNode);
+    assert_eq!(run(&case(&cfg)).step, ON_CHANGE);
     assert_eq!(
-        Step::WaitForNode.recheck(),
+        ON_CHANGE.recheck(),
         None,
         "the scheduler's choice brings it back"
     );
@@ -489,7 +489,7 @@ fn a_selected_node_that_does_not_exist_goes_back_to_the_scheduler() {
     assert_eq!(asked(&c), Ask::Node { name });
     c.node_absence_confirmed = true;
     let p = run(&c);
-    assert_eq!(p.step, Step::AwaitNode);
+    assert_eq!(p.step, BLOCKED);
     assert_eq!(p.step.recheck(), Some(Duration::from_secs(60)));
     assert!(
         p.notices[0]
@@ -500,7 +500,7 @@ fn a_selected_node_that_does_not_exist_goes_back_to_the_scheduler() {
     );
     c.jobs.clear();
     c.created = Some(1);
-    assert_eq!(run(&c).step, Step::AwaitNode, "created, not cached yet");
+    assert_eq!(run(&c).step, BLOCKED, "created, not cached yet");
 }
 
 #[test]
@@ -605,7 +605,7 @@ fn a_right_pv_is_provisioned_and_a_wrong_one_removed() {
         ..case(&cfg)
     };
     let p = run(&c);
-    assert_eq!(p.step, Step::Blocked);
+    assert_eq!(p.step, BLOCKED);
     assert!(
         p.notices[0].message.contains("left alone"),
         "{:?}",
@@ -623,7 +623,7 @@ fn a_right_pv_is_provisioned_and_a_wrong_one_removed() {
         ..case(&cfg)
     };
     let p = run(&c);
-    assert_eq!(p.step, Step::Blocked);
+    assert_eq!(p.step, BLOCKED);
     assert!(
         p.notices.iter().all(|n| n.reason != reasons::SUCCEEDED),
         "{:?}",
@@ -633,7 +633,7 @@ fn a_right_pv_is_provisioned_and_a_wrong_one_removed() {
         pv: Some(planted),
         ..case(&cfg)
     };
-    assert_eq!(run(&c).step, Step::Blocked, "nor before any Job ran");
+    assert_eq!(run(&c).step, BLOCKED, "nor before any Job ran");
     // Once its removal was asked for, the deletion is waited for, not asked again.
     let mut deleting = pv("someone-else");
     deleting.metadata.deletion_timestamp =
@@ -645,7 +645,7 @@ fn a_right_pv_is_provisioned_and_a_wrong_one_removed() {
         pv: Some(deleting),
         ..case(&cfg)
     };
-    assert_eq!(run(&c).step, Step::AwaitPvRemoval);
+    assert_eq!(run(&c).step, Step::Wait(Some(SOON)));
     // A wrong PV that existed before any Job of the claim ran was not made by us: it is
     // reported and left alone.
     let mut planted = pv("someone-else");
@@ -659,7 +659,7 @@ fn a_right_pv_is_provisioned_and_a_wrong_one_removed() {
         ..case(&cfg)
     };
     let p = run(&c);
-    assert_eq!(p.step, Step::Blocked);
+    assert_eq!(p.step, BLOCKED);
     assert!(
         p.notices.iter().any(|n| n.message.contains("left alone")),
         "{:?}",
@@ -764,7 +764,7 @@ fn permanent_failures_and_max_attempts_give_up_until_inputs_change() {
         )],
         ..case(&cfg)
     };
-    assert_eq!(run(&c).step, Step::Blocked, "recorded: nothing more to do");
+    assert_eq!(run(&c).step, BLOCKED, "recorded: nothing more to do");
     let c = Case {
         jobs: vec![job(
             1,
@@ -927,7 +927,7 @@ fn a_due_attempt_held_back_records_the_failed_one_before_its_job_expires() {
         now: "2026-01-01T00:01:00Z",
         ..case(&cfg)
     };
-    assert_eq!(run(&c).step, Step::Throttled);
+    assert_eq!(run(&c).step, Step::Wait(Some(THROTTLED_RECHECK)));
     failed.spec.as_mut().unwrap().ttl_seconds_after_finished = Some(3600);
     let c = Case {
         jobs: vec![failed],
@@ -935,7 +935,7 @@ fn a_due_attempt_held_back_records_the_failed_one_before_its_job_expires() {
         now: "2026-01-01T00:01:00Z",
         ..case(&cfg)
     };
-    assert_eq!(run(&c).step, Step::Throttled);
+    assert_eq!(run(&c).step, Step::Wait(Some(THROTTLED_RECHECK)));
 }
 
 #[test]
@@ -947,7 +947,7 @@ fn max_concurrent_throttles_new_jobs() {
             ..case(&cfg)
         })
         .step,
-        Step::Throttled
+        Step::Wait(Some(THROTTLED_RECHECK))
     );
     assert_eq!(
         starts(&run(&Case {
@@ -1122,7 +1122,7 @@ fn the_controller_creates_the_pv_from_a_valid_report_only() {
     // may call the report lost (a pod watch that lags under load costs no attempt).
     assert_eq!(
         run(&done(vec![], "2026-01-01T00:00:30Z")).step,
-        Step::AwaitReport
+        Step::Wait(Some(SOON))
     );
     let late = done(vec![], "2026-01-01T00:10:00Z");
     assert_eq!(
@@ -1170,7 +1170,7 @@ fn a_pv_is_verified_against_the_allowed_sources_and_the_report() {
     host.spec.as_mut().unwrap().host_path =
         Some(serde_json::from_value(json!({"path": "/"})).unwrap());
     let p = run(&with(host, vec![]));
-    assert_eq!(p.step, Step::Blocked);
+    assert_eq!(p.step, BLOCKED);
     assert!(p.notices.iter().any(|n| {
         n.message
             .contains("`hostPath`, which this class does not allow")
@@ -1190,7 +1190,7 @@ fn a_pv_is_verified_against_the_allowed_sources_and_the_report() {
     // Someone else's PV, racing ours under our name, with a source other than the report.
     let reported = succeeded_pod("j1", r#"{"nfs":{"server":"s","path":"/e/mine"}}"#);
     let p = run(&with(pv(UID), vec![reported.clone()]));
-    assert_eq!(p.step, Step::Blocked);
+    assert_eq!(p.step, BLOCKED);
     assert!(
         p.notices
             .iter()
@@ -1218,7 +1218,7 @@ fn a_pv_is_verified_against_the_allowed_sources_and_the_report() {
         serde_json::from_value(json!({"server": "s", "path": "/e/other", "readOnly": false}))
             .unwrap(),
     );
-    assert_eq!(run(&with(ours, vec![reported])).step, Step::Blocked);
+    assert_eq!(run(&with(ours, vec![reported])).step, BLOCKED);
 }
 
 #[test]
@@ -1232,7 +1232,7 @@ fn a_data_source_needs_the_class_to_list_its_kind_and_to_resolve() {
     let mut c = case(&plain);
     c.claim = with_source(json!({}));
     let p = run(&c);
-    assert_eq!(p.step, Step::Blocked);
+    assert_eq!(p.step, BLOCKED);
     assert!(
         p.notices[0]
             .message
@@ -1250,7 +1250,8 @@ fn a_data_source_needs_the_class_to_list_its_kind_and_to_resolve() {
         "the source claim default/src is not bound yet".into(),
     ));
     let p = run(&c);
-    assert!(matches!(p.step, Step::AwaitSource { .. }), "{:?}", p.step);
+    // Looked at again soon: the source may be bound in a moment.
+    assert_eq!(p.step, Step::Wait(Some(SOURCE_RECHECK)));
     assert!(
         p.notices[0].message.contains("is not bound yet"),
         "{}",
@@ -1261,7 +1262,7 @@ fn a_data_source_needs_the_class_to_list_its_kind_and_to_resolve() {
         json!({"spec": {"dataSourceRef": {"apiGroup": "", "kind": "PersistentVolumeClaim", "name": "src", "namespace": "other"}}}),
     );
     let p = run(&elsewhere);
-    assert_eq!(p.step, Step::Blocked);
+    assert_eq!(p.step, BLOCKED);
     assert!(
         p.notices[0].message.contains("is in namespace other"),
         "{}",
@@ -1433,7 +1434,7 @@ fn no_success_is_told_without_the_record() {
         ..case(&cfg)
     };
     let p = run(&c);
-    assert_eq!(p.step, Step::Blocked, "{:?}", p.notices);
+    assert_eq!(p.step, BLOCKED, "{:?}", p.notices);
     assert!(
         p.notices.iter().all(|n| n.kind != NoticeKind::Provisioned),
         "{:?}",
@@ -1564,7 +1565,7 @@ fn a_source_that_stays_unusable_is_looked_at_less_and_less_often() {
         ));
         c.now = now;
         match run(&c).step {
-            Step::AwaitSource { wait } => wait,
+            Step::Wait(Some(wait)) => wait,
             other => panic!("{other:?}"),
         }
     };
