@@ -35,7 +35,7 @@ impl JobRecipe {
             config: p.source(),
             image: p.image.clone(),
             command: p.command.clone(),
-            args: None,
+            args: rendered.args.clone(),
             service_account: p.service_account.clone(),
             node_selector: p.node_selector.clone(),
             node: node.filter(|_| p.node_local).map(|n| n.name.clone()),
@@ -49,10 +49,7 @@ impl JobRecipe {
     }
 
     pub fn provision(config: &ClassConfig, rendered: &Rendered, node: Option<&NodeInfo>) -> Self {
-        JobRecipe {
-            args: rendered.args.clone(),
-            ..Self::from_config(config, rendered, node)
-        }
+        Self::from_config(config, rendered, node)
     }
 
     /// `deprovision-image`/`-command`/`-args` where given, else the provisioning ones.
@@ -62,7 +59,6 @@ impl JobRecipe {
             &p.deprovision_image,
             &p.deprovision_command,
             &rendered.deprovision_args,
-            rendered,
         )
     }
 
@@ -73,7 +69,6 @@ impl JobRecipe {
             &p.expand_image,
             &p.expand_command,
             &rendered.expand_args,
-            rendered,
         )
     }
 
@@ -84,12 +79,11 @@ impl JobRecipe {
         image: &Option<String>,
         command: &Option<Vec<String>>,
         args: &Option<Vec<String>>,
-        rendered: &Rendered,
     ) -> Self {
         JobRecipe {
             image: image.clone().unwrap_or(self.image.clone()),
             command: command.clone().or(self.command.clone()),
-            args: args.clone().or_else(|| rendered.args.clone()),
+            args: args.clone().or(self.args.clone()),
             ..self
         }
     }
@@ -113,15 +107,8 @@ pub struct ProvisionContext<'a> {
 /// The provisioning Job for attempt `attempt` of a claim.
 pub fn provision_job(cx: ProvisionContext<'_>, attempt: u32, ttl_seconds: i32) -> Job {
     let env = provision_env(&cx);
-    let ProvisionContext {
-        config,
-        claim,
-        node,
-        rendered,
-        source,
-        inputs_hash,
-        ..
-    } = cx;
+    let (config, claim, node, rendered, source) =
+        (cx.config, cx.claim, cx.node, cx.rendered, cx.source);
     let volume = pv_name(&claim.uid);
     let class = &config.class;
     // What deprovisions the volume, kept on the Job (written only by the controller, in the
@@ -149,7 +136,7 @@ pub fn provision_job(cx: ProvisionContext<'_>, attempt: u32, ttl_seconds: i32) -
         annotations.insert(key.to_owned(), value);
     }
     // What the attempt is made from: a permanent failure is retried once this changes.
-    annotations.insert(crate::inputs::ANN_INPUTS.to_owned(), inputs_hash.to_owned());
+    annotations.insert(crate::inputs::ANN_INPUTS.to_owned(), cx.inputs_hash.to_owned());
     annotations.insert(
         crate::names::ANN_DEPROVISION_SPEC.to_owned(),
         serde_json::to_string(&deprovision).unwrap_or_default(),
@@ -189,19 +176,11 @@ fn report_limits(config: &ClassConfig, rendered: &Rendered) -> Vec<(String, Stri
 
 /// The provisioning Job's environment (docs/image-contract.md, "Environment of the container").
 fn provision_env(cx: &ProvisionContext<'_>) -> Vec<(&'static str, String)> {
-    let ProvisionContext {
-        config,
-        claim,
-        rendered,
-        pv_template,
-        provisioner_name,
-        source,
-        ..
-    } = *cx;
+    let (config, claim, rendered) = (cx.config, cx.claim, cx.rendered);
     let class = &config.class;
     let env = vec![
         ("ACTION", Action::Provision.as_str().to_owned()),
-        ("PROVISIONER_NAME", provisioner_name.to_owned()),
+        ("PROVISIONER_NAME", cx.provisioner_name.to_owned()),
         ("PV_NAME", pv_name(&claim.uid)),
         ("PVC_NAME", claim.name.clone()),
         ("PVC_NAMESPACE", claim.namespace.clone()),
@@ -219,7 +198,7 @@ fn provision_env(cx: &ProvisionContext<'_>) -> Vec<(&'static str, String)> {
         ),
         (
             "PV_TEMPLATE",
-            serde_json::to_string(pv_template).unwrap_or_default(),
+            serde_json::to_string(cx.pv_template).unwrap_or_default(),
         ),
         ("PARAMETERS", rendered.parameters_json()),
         ("TERMINATION_LOG", TERMINATION_MESSAGE_PATH.to_owned()),
@@ -231,7 +210,7 @@ fn provision_env(cx: &ProvisionContext<'_>) -> Vec<(&'static str, String)> {
     let directory = rendered.volume_directory.clone();
     env.into_iter()
         .chain(directory.map(|d| ("VOLUME_DIRECTORY", d)))
-        .chain(source.map(|s| s.env()).unwrap_or_default())
+        .chain(cx.source.map(|s| s.env()).unwrap_or_default())
         .collect()
 }
 
@@ -302,16 +281,7 @@ struct VolumeJob<'a> {
 }
 
 fn volume_job(v: VolumeJob<'_>) -> Job {
-    let VolumeJob {
-        action,
-        pv,
-        recipe,
-        parameters,
-        size,
-        provisioner_name,
-        attempt,
-        ttl_seconds,
-    } = v;
+    let (action, pv, recipe, size) = (v.action, v.pv, v.recipe, v.size);
     let volume = pv.metadata.name.clone().unwrap_or_default();
     let spec = pv.spec.clone().unwrap_or_default();
     let claim = spec.claim_ref.clone().unwrap_or_default();
@@ -322,7 +292,7 @@ fn volume_job(v: VolumeJob<'_>) -> Job {
     pv_json.metadata.managed_fields = None;
     let env = vec![
         ("ACTION", action.as_str().to_owned()),
-        ("PROVISIONER_NAME", provisioner_name.to_owned()),
+        ("PROVISIONER_NAME", v.provisioner_name.to_owned()),
         ("PV_NAME", volume.clone()),
         ("PVC_NAME", claim.name.clone().unwrap_or_default()),
         ("PVC_NAMESPACE", claim.namespace.clone().unwrap_or_default()),
@@ -356,7 +326,7 @@ fn volume_job(v: VolumeJob<'_>) -> Job {
         ("SELECTED_NODE", recipe.node.clone().unwrap_or_default()),
         (
             "PARAMETERS",
-            serde_json::to_string(parameters).unwrap_or_default(),
+            serde_json::to_string(v.parameters).unwrap_or_default(),
         ),
         (
             "PV_JSON",
@@ -376,8 +346,8 @@ fn volume_job(v: VolumeJob<'_>) -> Job {
     };
     let mut job = build(JobInput {
         action,
-        name: job_name(action, &subject, attempt),
-        attempt,
+        name: job_name(action, &subject, v.attempt),
+        attempt: v.attempt,
         claim_uid: claim.uid.clone().unwrap_or_default(),
         volume,
         claim_ref: format!(
@@ -388,9 +358,9 @@ fn volume_job(v: VolumeJob<'_>) -> Job {
         storage_class: spec.storage_class_name.unwrap_or_default(),
         recipe,
         env,
-        parameters,
+        parameters: v.parameters,
         source: None,
-        ttl_seconds,
+        ttl_seconds: v.ttl_seconds,
     });
     job.metadata
         .annotations
@@ -419,30 +389,17 @@ struct JobInput<'a> {
 }
 
 fn build(input: JobInput<'_>) -> Job {
-    let JobInput {
-        action,
-        name,
-        attempt,
-        claim_uid,
-        volume,
-        claim_ref,
-        storage_class,
-        recipe,
-        env,
-        parameters,
-        source,
-        ttl_seconds,
-    } = input;
+    let recipe = input.recipe;
     let labels = BTreeMap::from([
         (LABEL_MANAGED_BY.to_owned(), MANAGED_BY_VALUE.to_owned()),
-        (LABEL_ACTION.to_owned(), action.as_str().to_owned()),
-        (LABEL_CLAIM_UID.to_owned(), claim_uid),
-        (LABEL_VOLUME.to_owned(), volume),
-        (LABEL_ATTEMPT.to_owned(), attempt.to_string()),
+        (LABEL_ACTION.to_owned(), input.action.as_str().to_owned()),
+        (LABEL_CLAIM_UID.to_owned(), input.claim_uid),
+        (LABEL_VOLUME.to_owned(), input.volume),
+        (LABEL_ATTEMPT.to_owned(), input.attempt.to_string()),
     ]);
     let annotations = BTreeMap::from([
-        (ANN_CLAIM.to_owned(), claim_ref),
-        (ANN_STORAGE_CLASS.to_owned(), storage_class),
+        (ANN_CLAIM.to_owned(), input.claim_ref),
+        (ANN_STORAGE_CLASS.to_owned(), input.storage_class),
         (ANN_CONFIG.to_owned(), recipe.config.clone()),
     ]);
     let ours = PodTemplateSpec {
@@ -464,7 +421,7 @@ fn build(input: JobInput<'_>) -> Job {
                 }),
                 ..Default::default()
             }),
-            containers: vec![container(&recipe, env, parameters)],
+            containers: vec![container(&recipe, input.env, input.parameters)],
             ..Default::default()
         }),
     };
@@ -474,7 +431,7 @@ fn build(input: JobInput<'_>) -> Job {
     };
     keep_container_hardening(&mut template);
     if let Some(dir) = &recipe.volume {
-        crate::isolation::mount_only(&mut template, action, dir, source.as_ref());
+        crate::isolation::mount_only(&mut template, input.action, dir, input.source.as_ref());
     }
     if recipe.no_api_token
         && let Some(spec) = template.spec.as_mut()
@@ -483,7 +440,7 @@ fn build(input: JobInput<'_>) -> Job {
     }
     Job {
         metadata: ObjectMeta {
-            name: Some(name),
+            name: Some(input.name),
             namespace: Some(recipe.namespace.clone()),
             labels: Some(labels),
             annotations: Some(annotations),
@@ -494,7 +451,7 @@ fn build(input: JobInput<'_>) -> Job {
             active_deadline_seconds: Some(
                 i64::try_from(recipe.timeout_seconds).unwrap_or(i64::MAX),
             ),
-            ttl_seconds_after_finished: Some(ttl_seconds),
+            ttl_seconds_after_finished: Some(input.ttl_seconds),
             pod_failure_policy: Some(failure_policy(&recipe)),
             template,
             ..Default::default()
@@ -630,14 +587,18 @@ fn keep_container_hardening(template: &mut PodTemplateSpec) {
 pub enum JobOutcome {
     Running,
     Succeeded,
-    Failed {
-        /// The pod failure policy failed it (a permanent exit code): no retry as it stands.
-        permanent: bool,
-        /// What users read: the failed pod's message, or the Job's condition message.
-        message: String,
-        /// When it failed (the Failed condition's transition time).
-        at: Option<jiff::Timestamp>,
-    },
+    Failed(Failure),
+}
+
+/// Why an attempt failed: for good (until the inputs change) or for now, and when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// The pod failure policy failed it (a permanent exit code): no retry as it stands.
+    pub permanent: bool,
+    /// What users read: the failed pod's message, or the Job's condition message.
+    pub message: String,
+    /// When it failed (the Failed condition's transition time).
+    pub at: Option<jiff::Timestamp>,
 }
 
 /// The message a failed pod left: its termination message, trimmed, with the exit code.
@@ -695,11 +656,11 @@ pub fn outcome(job: &Job, pods: &[&k8s_openapi::api::core::v1::Pod]) -> JobOutco
         (_, Some(m)) => m,
         (_, None) => condition_message,
     };
-    JobOutcome::Failed {
+    JobOutcome::Failed(Failure {
         permanent: reason == "PodFailurePolicy",
         message,
         at: failed.last_transition_time.as_ref().map(|t| t.0),
-    }
+    })
 }
 
 /// What the succeeded pod of a provisioning Job reported: its termination message, which

@@ -16,7 +16,7 @@ use crate::config::PvCreator;
 use crate::config::allowed::check_report;
 use crate::inputs::ANN_INPUTS;
 use crate::job::{
-    JobOutcome, ProvisionContext, attempt_of, outcome, pod_failure, pods_of, provision_job,
+    Failure, JobOutcome, ProvisionContext, attempt_of, outcome, pod_failure, pods_of, provision_job,
     report_of,
 };
 use crate::names::{
@@ -1003,15 +1003,7 @@ impl<'i, 'a> Judging<'i, 'a> {
                 Err(Ok(step)) => return plan(step, self.notices),
                 Err(Err(ask)) => return Err(ask),
             },
-            Some(JobOutcome::Failed {
-                permanent,
-                message,
-                at,
-            }) => Failure {
-                permanent,
-                message,
-                at,
-            },
+            Some(JobOutcome::Failed(failure)) => failure,
         };
         self.after_failure(job, failure)
     }
@@ -1031,7 +1023,7 @@ impl<'i, 'a> Judging<'i, 'a> {
                 "the provisioner Job {job_name} succeeded but created no PersistentVolume {}",
                 pv_name(&self.request.uid)
             );
-            return Ok(Failure::transient(message, at));
+            return Ok(transient(message, at));
         }
         let Some(raw) = self.report.as_deref() else {
             let fresh = at.is_none_or(|t| {
@@ -1049,7 +1041,7 @@ impl<'i, 'a> Judging<'i, 'a> {
             let message = format!(
                 "the provisioner Job {job_name} succeeded, but its pod, whose termination message holds the volume source, is gone"
             );
-            return Ok(Failure::transient(message, at));
+            return Ok(transient(message, at));
         };
         let p = &self.config.provisioner;
         let allowed = self
@@ -1111,11 +1103,7 @@ impl<'i, 'a> Judging<'i, 'a> {
     /// inputs changed), or retry after the backoff, recording the attempt on the claim
     /// when its Job expires first.
     fn after_failure(mut self, job: &Job, failure: Failure) -> Decision<Plan> {
-        let Failure {
-            permanent,
-            message,
-            at,
-        } = failure;
+        let (permanent, at) = (failure.permanent, failure.at);
         let attempt = self.attempt;
         let job_uid = job.metadata.uid.clone().unwrap_or_default();
         let prepared = self.prepared()?;
@@ -1132,11 +1120,6 @@ impl<'i, 'a> Judging<'i, 'a> {
             .max_attempts
             .is_some_and(|max| attempt >= max);
         if (permanent || out_of_attempts) && same_inputs {
-            let failure = Failure {
-                permanent,
-                message,
-                at,
-            };
             let hash = (!gave_up).then(|| prepared.inputs_hash.clone());
             return self.give_up(job, failure, hash);
         }
@@ -1152,7 +1135,8 @@ impl<'i, 'a> Judging<'i, 'a> {
                 format!("failed/{job_uid}"),
                 reasons::FAILED,
                 format!(
-                    "attempt {attempt} failed: {message}; attempt {} starts in {}s",
+                    "attempt {attempt} failed: {}; attempt {} starts in {}s",
+                    failure.message,
                     attempt.saturating_add(1),
                     wait.as_secs()
                 ),
@@ -1192,20 +1176,11 @@ impl<'i, 'a> Judging<'i, 'a> {
     }
 }
 
-/// Why an attempt failed: for good (until the inputs change) or for now, and when.
-struct Failure {
-    permanent: bool,
-    message: String,
-    at: Option<jiff::Timestamp>,
-}
-
-impl Failure {
-    fn transient(message: String, at: Option<jiff::Timestamp>) -> Self {
-        Failure {
-            permanent: false,
-            message,
-            at,
-        }
+fn transient(message: String, at: Option<jiff::Timestamp>) -> Failure {
+    Failure {
+        permanent: false,
+        message,
+        at,
     }
 }
 

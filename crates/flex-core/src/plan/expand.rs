@@ -300,11 +300,7 @@ fn judge_latest(
             return Some(g.finish(Some(pv_patch), vec![g.success().about(job)]));
         }
         JobOutcome::Succeeded => return None,
-        JobOutcome::Failed {
-            permanent,
-            message,
-            at,
-        } => (permanent, message, at),
+        JobOutcome::Failed(f) => (f.permanent, f.message, f.at),
     };
     let name = job.metadata.name.clone().unwrap_or_default();
     let said = format!("resize volume \"{}\" failed: {message}", g.pv_name);

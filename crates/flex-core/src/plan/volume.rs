@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::retry::{delay_after, wait_remaining};
 use super::{Ask, Decision, Notice, NoticeKind, reasons};
-use crate::job::{JobOutcome, attempt_of, deprovision_job, outcome, pods_of};
+use crate::job::{Failure, JobOutcome, attempt_of, deprovision_job, outcome, pods_of};
 use crate::names::{ANN_VOLUME_UID, FINALIZER_DEPROVISION};
 use crate::record::read_record;
 
@@ -417,7 +417,7 @@ fn deprovision(i: &VolumeInputs<'_>) -> Decision<VolumePlan> {
             VolumeStep::Finish(finalizer_patch(pv, json!({ ANN_DEPROVISIONED: "true" }))),
             vec![],
         ),
-        JobOutcome::Failed { message, at, .. } => {
+        JobOutcome::Failed(Failure { message, at, .. }) => {
             let pv_name = pv.metadata.name.clone().unwrap_or_default();
             let wait = delay_after(attempt, i.retry_base);
             let remaining = wait_remaining(attempt, i.retry_base, at, i.now);
