@@ -330,6 +330,18 @@ pub fn process_env_reason(env: &str) -> Option<&'static str> {
     }
 }
 
+type Meta = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+/// An annotation of an object, if it is set.
+pub fn annotation<'a>(meta: &'a Meta, key: &str) -> Option<&'a str> {
+    meta.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+/// A label of an object, if it is set.
+pub fn label<'a>(meta: &'a Meta, key: &str) -> Option<&'a str> {
+    meta.labels.as_ref()?.get(key).map(String::as_str)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -127,10 +127,7 @@ pub fn record_from_job(
     let var = |name: &str| env_of(job, name);
     let template: PersistentVolume = serde_json::from_str(&var("PV_TEMPLATE")?).ok()?;
     let recipe: JobRecipe = serde_json::from_str(
-        job.metadata
-            .annotations
-            .as_ref()?
-            .get(ANN_DEPROVISION_SPEC)?,
+        crate::names::annotation(&job.metadata, ANN_DEPROVISION_SPEC)?,
     )
     .ok()?;
     let parameters = var("PARAMETERS").unwrap_or_else(|| "{}".into());

@@ -93,11 +93,7 @@ pub enum PvCheck {
 
 /// Whether `pv` says it was provisioned by `provisioner_name`.
 pub fn provisioned_by(pv: &PersistentVolume, provisioner_name: &str) -> bool {
-    pv.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ANN_PROVISIONED_BY))
-        .is_some_and(|p| p == provisioner_name)
+    crate::names::annotation(&pv.metadata, ANN_PROVISIONED_BY) == Some(provisioner_name)
 }
 
 /// The PV the controller creates: the template with the volume source an image reported

@@ -7,7 +7,7 @@ use super::problem::Problem;
 use crate::names::{CONFIG_TYPE_VALUE, LABEL_CONFIG_CLASS, LABEL_CONFIG_TYPE};
 
 fn label<'a>(cm: &'a ConfigMap, key: &str) -> Option<&'a str> {
-    cm.metadata.labels.as_ref()?.get(key).map(String::as_str)
+    crate::names::label(&cm.metadata, key)
 }
 
 /// Whether a ConfigMap is a provisioner configuration for `class` that this provisioner serves.

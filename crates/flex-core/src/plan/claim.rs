@@ -227,12 +227,7 @@ pub struct Plan {
 }
 
 fn annotation<'a>(claim: &'a PersistentVolumeClaim, key: &str) -> Option<&'a str> {
-    claim
-        .metadata
-        .annotations
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
+    crate::names::annotation(&claim.metadata, key)
 }
 
 fn short_hash(s: &str) -> String {
@@ -1108,12 +1103,8 @@ impl<'i, 'a> Judging<'i, 'a> {
         let job_uid = job.metadata.uid.clone().unwrap_or_default();
         let prepared = self.prepared()?;
         let gave_up = annotation(self.i.claim, ANN_GAVE_UP) == Some(prepared.inputs_hash.as_str());
-        let same_inputs = job
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(ANN_INPUTS))
-            .is_none_or(|h| *h == prepared.inputs_hash);
+        let same_inputs = crate::names::annotation(&job.metadata, ANN_INPUTS)
+            .is_none_or(|h| h == prepared.inputs_hash);
         let out_of_attempts = self
             .config
             .provisioner

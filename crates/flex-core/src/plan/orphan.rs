@@ -62,11 +62,7 @@ pub enum OrphanStep {
 /// set out to create. Read from the Job alone, cheapest first: it is asked of every Job
 /// change; the rest needs the API server.
 pub fn is_candidate(job: &Job) -> bool {
-    let pv_created = job
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(ANN_PV_CREATED));
+    let pv_created = crate::names::annotation(&job.metadata, ANN_PV_CREATED).is_some();
     let provision = job
         .metadata
         .labels

@@ -360,11 +360,7 @@ fn deprovision_succeeded(i: &VolumeInputs<'_>) -> bool {
 /// Whether a deprovision Job was made for this very PV (not an earlier one of its name).
 fn of_this_pv(job: &Job, pv: &PersistentVolume) -> bool {
     let pv_uid = pv.metadata.uid.as_deref().unwrap_or_default();
-    job.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ANN_VOLUME_UID))
-        .is_some_and(|u| u == pv_uid)
+    crate::names::annotation(&job.metadata, ANN_VOLUME_UID) == Some(pv_uid)
 }
 
 /// The claim of a deleted volume is known gone without asking: Kubernetes released the
