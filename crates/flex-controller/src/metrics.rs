@@ -2,6 +2,8 @@
 //! own under `flex_provisioner_`. Labels are bounded: class names and error categories,
 //! never object names or messages.
 
+use flex_core::names::{ANN_STORAGE_CLASS, LABEL_ACTION, annotation, label};
+use k8s_openapi::api::batch::v1::Job;
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
 
 pub struct Metrics {
@@ -17,38 +19,34 @@ pub struct Metrics {
     pub reconcile_errors_total: IntCounterVec,
 }
 
+fn registered<T: prometheus::core::Collector + Clone + 'static>(registry: &Registry, m: T) -> T {
+    registry
+        .register(Box::new(m.clone()))
+        .expect("unique metric");
+    m
+}
+
 fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
-    registry
-        .register(Box::new(c.clone()))
-        .expect("unique metric");
-    c
+    registered(registry, c)
 }
 
 fn histogram(registry: &Registry, name: &str, help: &str) -> HistogramVec {
     let buckets = vec![1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0];
     let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), &["class"])
         .expect("valid metric");
-    registry
-        .register(Box::new(h.clone()))
-        .expect("unique metric");
-    h
+    registered(registry, h)
 }
 
 impl Default for Metrics {
     fn default() -> Self {
         let registry = Registry::new();
+        let help = "Provisioning and deprovisioning Jobs running now";
         let active_jobs = IntGaugeVec::new(
-            Opts::new(
-                "flex_provisioner_active_jobs",
-                "Provisioning and deprovisioning Jobs running now",
-            ),
+            Opts::new("flex_provisioner_active_jobs", help),
             &["class", "action"],
-        )
-        .expect("valid metric");
-        registry
-            .register(Box::new(active_jobs.clone()))
-            .expect("unique metric");
+        );
+        let active_jobs = registered(&registry, active_jobs.expect("valid metric"));
         Metrics {
             provision_total: counter(
                 &registry,
@@ -103,6 +101,20 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Sets the active-Jobs gauge from every Job of ours, by class and action.
+    pub fn count_active_jobs(&self, jobs: &[std::sync::Arc<Job>]) {
+        self.active_jobs.reset();
+        for job in jobs {
+            if flex_core::job::outcome(job, &[]) != flex_core::job::JobOutcome::Running {
+                continue;
+            }
+            let meta = &job.metadata;
+            let class = annotation(meta, ANN_STORAGE_CLASS).unwrap_or_default();
+            let action = label(meta, LABEL_ACTION).unwrap_or_default();
+            self.active_jobs.with_label_values(&[class, action]).inc();
+        }
+    }
+
     /// The text exposition format for `/metrics`.
     pub fn render(&self) -> String {
         let mut out = String::new();

@@ -16,7 +16,8 @@ pub const BETA_CLASS_ANNOTATION: &str = "volume.beta.kubernetes.io/storage-class
 /// read it this way; reading the field alone would count a claim against one class and
 /// provision it from another.
 pub fn class_of(pvc: &PersistentVolumeClaim) -> Option<&str> {
-    crate::names::annotation(&pvc.metadata, BETA_CLASS_ANNOTATION).or_else(|| pvc.spec.as_ref()?.storage_class_name.as_deref())
+    crate::names::annotation(&pvc.metadata, BETA_CLASS_ANNOTATION)
+        .or_else(|| pvc.spec.as_ref()?.storage_class_name.as_deref())
 }
 pub const ACCESS_MODES: &[&str] = &[
     "ReadWriteOnce",

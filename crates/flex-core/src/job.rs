@@ -136,7 +136,10 @@ pub fn provision_job(cx: ProvisionContext<'_>, attempt: u32, ttl_seconds: i32) -
         annotations.insert(key.to_owned(), value);
     }
     // What the attempt is made from: a permanent failure is retried once this changes.
-    annotations.insert(crate::inputs::ANN_INPUTS.to_owned(), cx.inputs_hash.to_owned());
+    annotations.insert(
+        crate::inputs::ANN_INPUTS.to_owned(),
+        cx.inputs_hash.to_owned(),
+    );
     annotations.insert(
         crate::names::ANN_DEPROVISION_SPEC.to_owned(),
         serde_json::to_string(&deprovision).unwrap_or_default(),

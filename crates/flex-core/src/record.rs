@@ -126,9 +126,10 @@ pub fn record_from_job(
 ) -> Option<ConfigMap> {
     let var = |name: &str| env_of(job, name);
     let template: PersistentVolume = serde_json::from_str(&var("PV_TEMPLATE")?).ok()?;
-    let recipe: JobRecipe = serde_json::from_str(
-        crate::names::annotation(&job.metadata, ANN_DEPROVISION_SPEC)?,
-    )
+    let recipe: JobRecipe = serde_json::from_str(crate::names::annotation(
+        &job.metadata,
+        ANN_DEPROVISION_SPEC,
+    )?)
     .ok()?;
     let parameters = var("PARAMETERS").unwrap_or_else(|| "{}".into());
     let claim_uid = |p: &PersistentVolume| {

@@ -12,31 +12,13 @@ use kube::Resource;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+#[derive(Clone, Debug)]
 pub struct Compact<K> {
     /// Name, namespace, uid and resourceVersion only (what references are made of).
     meta: ObjectMeta,
     /// The whole object, as JSON.
     body: Box<str>,
     kind: PhantomData<fn() -> K>,
-}
-
-impl<K> Clone for Compact<K> {
-    fn clone(&self) -> Self {
-        Compact {
-            meta: self.meta.clone(),
-            body: self.body.clone(),
-            kind: PhantomData,
-        }
-    }
-}
-
-impl<K> std::fmt::Debug for Compact<K> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Compact")
-            .field("meta", &self.meta)
-            .field("body", &self.body)
-            .finish()
-    }
 }
 
 impl<K: Resource + Serialize + DeserializeOwned> Compact<K> {

@@ -88,26 +88,14 @@ impl<K: Resource<DynamicType = ()>> Index<K> {
         match event {
             watcher::Event::Apply(obj) => write(&self.live).insert(at_of(obj), (self.keys_of)(obj)),
             watcher::Event::Delete(obj) => write(&self.live).remove(&at_of(obj)),
-            watcher::Event::Init => {
-                *self.relisting.write().unwrap_or_else(|e| e.into_inner()) = Some(Maps::default())
-            }
+            watcher::Event::Init => *write(&self.relisting) = Some(Maps::default()),
             watcher::Event::InitApply(obj) => {
-                if let Some(m) = self
-                    .relisting
-                    .write()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .as_mut()
-                {
+                if let Some(m) = write(&self.relisting).as_mut() {
                     m.insert(at_of(obj), (self.keys_of)(obj));
                 }
             }
             watcher::Event::InitDone => {
-                let fresh = self
-                    .relisting
-                    .write()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .take();
-                if let Some(fresh) = fresh {
+                if let Some(fresh) = write(&self.relisting).take() {
                     *write(&self.live) = fresh;
                 }
             }
@@ -132,25 +120,13 @@ impl<K: Resource<DynamicType = ()>> Index<K> {
 }
 
 /// A reflector store (of `S`: `K` itself, or `Compact<K>`) and the index of its objects.
+#[derive(Clone)]
 pub struct Indexed<K: Resource<DynamicType = ()> + Clone + 'static, S = K>
 where
     S: Resource<DynamicType = ()> + Clone + 'static,
 {
     pub store: Store<S>,
     pub index: Arc<Index<K>>,
-}
-
-impl<K, S> Clone for Indexed<K, S>
-where
-    K: Resource<DynamicType = ()> + Clone + 'static,
-    S: Resource<DynamicType = ()> + Clone + 'static,
-{
-    fn clone(&self) -> Self {
-        Indexed {
-            store: self.store.clone(),
-            index: self.index.clone(),
-        }
-    }
 }
 
 /// The same object's reference as the store's type.

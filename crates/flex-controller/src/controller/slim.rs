@@ -73,36 +73,14 @@ struct Parts<Spec, Status> {
 
 /// `Slim<$kind>` decodes through `Parts` of its spec and status types.
 macro_rules! slim {
-    ($($kind:ty: $spec:ty, $status:ty;)*) => {$(
+    ($($kind:ident: $spec:ty, $status:ty;)*) => {$(
         impl<'de> Deserialize<'de> for Slim<$kind> {
             fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
                 let p = Parts::<$spec, $status>::deserialize(d)?;
-                Ok(Slim(<$kind>::from_parts(p.metadata.into(), p.spec, p.status)))
+                Ok(Slim($kind { metadata: p.metadata.into(), spec: p.spec, status: p.status }))
             }
         }
     )*};
-}
-
-/// A kind made of metadata, spec and status.
-trait FromParts<Spec, Status> {
-    fn from_parts(metadata: ObjectMeta, spec: Option<Spec>, status: Option<Status>) -> Self;
-}
-
-macro_rules! from_parts {
-    ($($kind:ident: $spec:ty, $status:ty;)*) => {$(
-        impl FromParts<$spec, $status> for $kind {
-            fn from_parts(metadata: ObjectMeta, spec: Option<$spec>, status: Option<$status>) -> Self {
-                $kind { metadata, spec, status }
-            }
-        }
-    )*};
-}
-
-from_parts! {
-    Pod: PodSpec, PodStatus;
-    Job: JobSpec, JobStatus;
-    PersistentVolume: PersistentVolumeSpec, PersistentVolumeStatus;
-    PersistentVolumeClaim: PersistentVolumeClaimSpec, PersistentVolumeClaimStatus;
 }
 
 slim! {

@@ -23,7 +23,9 @@ use super::compact::Compact;
 use super::context::Context;
 use super::watches::watch_everything;
 use super::{Options, caches, expansion, fan_out, index, orphans, reconcile, volumes};
-use flex_core::names::LABEL_CONFIG_CLASS;
+use flex_core::names::{
+    ANN_SOURCE_VOLUME, LABEL_CONFIG_CLASS, LABEL_VOLUME, annotation, label,
+};
 
 /// Reconciles in flight per controller. Unbounded, a restart in a cluster of 50,000 claims
 /// started 50,000 reconciles at once, each holding its state in memory; the rest wait in
@@ -183,26 +185,12 @@ fn volume_controller(
         .with_config(config)
         .watches_stream(jobs, |job: Job| {
             // Its own volume, and a clone's source, which waits for the copy to finish.
-            let own = job
-                .meta()
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(flex_core::names::LABEL_VOLUME))
-                .map(|v| ObjectRef::new(v));
-            let source = job
-                .meta()
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(flex_core::names::ANN_SOURCE_VOLUME))
-                .map(|v| ObjectRef::new(v));
-            own.into_iter().chain(source)
+            let own = label(&job.metadata, LABEL_VOLUME);
+            let source = annotation(&job.metadata, ANN_SOURCE_VOLUME);
+            own.into_iter().chain(source).map(ObjectRef::new).collect::<Vec<_>>()
         })
         .run(volumes::reconcile_volume, Context::error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "volume reconcile failed; it is retried");
-            }
-        })
+        .for_each(log_failure)
         .boxed()
 }
 
@@ -254,34 +242,24 @@ where
             Some(ObjectRef::new(r.name.as_deref()?).within(r.namespace.as_deref()?))
         })
         .watches_stream(t.classes, move |sc: StorageClass| {
-            claims_of_class(&by_class, sc.meta().name.as_deref().unwrap_or_default())
+            by_class.refs(&caches::by_class(sc.meta().name.as_deref().unwrap_or_default()))
         })
         .watches_stream(t.config_maps, move |cm: ConfigMap| {
-            let class = cm
-                .meta()
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(LABEL_CONFIG_CLASS))
-                .cloned()
-                .unwrap_or_default();
-            claims_of_class(&by_config, &class)
+            let class = label(&cm.metadata, LABEL_CONFIG_CLASS).unwrap_or_default();
+            by_config.refs(&caches::by_class(class))
         })
         .run(reconcile, Context::error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "reconcile failed; it is retried");
-            }
-        })
+        .for_each(log_failure)
         // On the heap: with its many trigger streams this future is large, and tests run
         // the controller on a thread with a small stack.
         .boxed()
 }
 
-fn claims_of_class(
-    claims: &index::Indexed<PersistentVolumeClaim, Compact<PersistentVolumeClaim>>,
-    class: &str,
-) -> Vec<ObjectRef<Compact<PersistentVolumeClaim>>> {
-    claims.refs(&caches::by_class(class))
+/// A failed reconcile is retried (`Context::error_policy` says why, and when).
+async fn log_failure<T, E: std::fmt::Display>(result: Result<T, E>) {
+    if let Err(e) = result {
+        tracing::debug!(error = %e, "reconcile failed; it is retried");
+    }
 }
 
 /// Keeps the active-Jobs gauge current from the Job cache.
@@ -289,29 +267,6 @@ async fn count_active_jobs(ctx: Arc<Context>) {
     let mut tick = tokio::time::interval(Duration::from_secs(5));
     loop {
         tick.tick().await;
-        ctx.metrics.active_jobs.reset();
-        for job in ctx.caches.all_jobs() {
-            if flex_core::job::outcome(&job, &[]) != flex_core::job::JobOutcome::Running {
-                continue;
-            }
-            let class = job
-                .meta()
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(flex_core::names::ANN_STORAGE_CLASS))
-                .cloned()
-                .unwrap_or_default();
-            let action = job
-                .meta()
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(flex_core::names::LABEL_ACTION))
-                .cloned()
-                .unwrap_or_default();
-            ctx.metrics
-                .active_jobs
-                .with_label_values(&[&class, &action])
-                .inc();
-        }
+        ctx.metrics.count_active_jobs(&ctx.caches.all_jobs());
     }
 }

@@ -56,7 +56,8 @@ pub struct Parameter {
 }
 
 /// What one ConfigMap configures, validated, before it is joined with its StorageClass.
-#[derive(Debug, Clone, PartialEq)]
+/// Its `Default` is no configuration at all; `parse` starts from the documented defaults.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct ProvisionerConfig {
     pub namespace: String,
     pub name: String,

@@ -9,7 +9,7 @@ use super::keys::{UNSANITISED_KEY, is_reserved, looks_like_secret, misspelt_rese
 use super::options::ParseOptions;
 use super::privilege::{self, ALLOW_PRIVILEGED_KEY};
 use super::problem::Problem;
-use super::sources::{self, PvCreator};
+use super::sources;
 use super::unsanitised::{OptOut, base_key};
 use super::volume_layout::{self, VOLUME_BASE_KEY, VOLUME_DIRECTORY_KEY};
 use super::{
@@ -545,41 +545,16 @@ struct Read {
 
 /// A ConfigMap's configuration before any key is read: every default.
 fn defaults(cm: &ConfigMap, storage_class: String) -> ProvisionerConfig {
+    let namespace = (cm.metadata.namespace.clone()).unwrap_or_else(|| "default".into());
     ProvisionerConfig {
-        namespace: cm
-            .metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into()),
+        allowed_volumes: AllowedVolumes::none(&namespace),
+        namespace,
         name: cm.metadata.name.clone().unwrap_or_default(),
         storage_class,
-        image: String::new(),
-        service_account: None,
-        node_selector: BTreeMap::new(),
-        command: None,
-        args: None,
-        deprovision_image: None,
-        deprovision_command: None,
-        deprovision_args: None,
-        expand_image: None,
-        expand_command: None,
-        expand_args: None,
         timeout: DEFAULT_TIMEOUT,
         retries: DEFAULT_RETRIES,
-        max_attempts: None,
         permanent_exit_codes: BTreeSet::from([DEFAULT_PERMANENT_EXIT_CODE]),
-        node_local: false,
-        pod_template: None,
-        allow_privileged: false,
-        max_concurrent: None,
-        pv_creator: PvCreator::default(),
         volume_sources: sources::default_sources(),
-        allowed_volumes: AllowedVolumes::none(
-            cm.metadata.namespace.as_deref().unwrap_or("default"),
-        ),
-        data_sources: BTreeSet::new(),
-        volume_layout: None,
-        parameters: BTreeMap::new(),
-        node_users: Vec::new(),
+        ..Default::default()
     }
 }

@@ -29,61 +29,45 @@ pub fn read(
     directory: Option<&str>,
     template: Option<&PodTemplateSpec>,
 ) -> (Option<VolumeLayout>, Vec<Problem>) {
-    let err = |key, what: String, fix: &str| vec![Problem::error(Some(key), what, fix)];
+    let err = |key, what: String, fix: &str| (None, vec![Problem::error(Some(key), what, fix)]);
     let (base, directory) = match (base.map(str::trim), directory) {
         (None, None) => return (None, shared_base_warnings(template)),
         (Some(_), None) => {
-            return (
-                None,
-                err(
-                    VOLUME_BASE_KEY,
-                    format!("is set, but {VOLUME_DIRECTORY_KEY} is not"),
-                    "set volume-directory to each claim's directory in the base, e.g. `{{claim.namespace}}/{{claim.name}}-{{claim.uid}}`",
-                ),
+            return err(
+                VOLUME_BASE_KEY,
+                format!("is set, but {VOLUME_DIRECTORY_KEY} is not"),
+                "set volume-directory to each claim's directory in the base, e.g. `{{claim.namespace}}/{{claim.name}}-{{claim.uid}}`",
             );
         }
         (None, Some(_)) => {
-            return (
-                None,
-                err(
-                    VOLUME_DIRECTORY_KEY,
-                    format!("is set, but {VOLUME_BASE_KEY} is not"),
-                    "set volume-base to the name of the pod-template volume that holds the volumes",
-                ),
+            return err(
+                VOLUME_DIRECTORY_KEY,
+                format!("is set, but {VOLUME_BASE_KEY} is not"),
+                "set volume-base to the name of the pod-template volume that holds the volumes",
             );
         }
         (Some(b), Some(d)) => (b, d),
     };
     let fix = "declare the base under pod-template `spec.volumes` (hostPath or nfs) and mount it whole in the container; the controller replaces that mount with the volume's own directory";
+    let names = |what: &str| {
+        err(
+            VOLUME_BASE_KEY,
+            format!("names volume `{base}`, {what}"),
+            fix,
+        )
+    };
     let Some(template) = template else {
-        return (
-            None,
-            err(
-                VOLUME_BASE_KEY,
-                format!("names volume `{base}`, but there is no pod-template"),
-                fix,
-            ),
+        return err(
+            VOLUME_BASE_KEY,
+            format!("names volume `{base}`, but there is no pod-template"),
+            fix,
         );
     };
     let Some(volume) = isolation::pod_volume(template, base) else {
-        return (
-            None,
-            err(
-                VOLUME_BASE_KEY,
-                format!("names volume `{base}`, which the pod-template does not declare"),
-                fix,
-            ),
-        );
+        return names("which the pod-template does not declare");
     };
     if volume.host_path.is_none() && volume.nfs.is_none() {
-        return (
-            None,
-            err(
-                VOLUME_BASE_KEY,
-                format!("names volume `{base}`, which is neither hostPath nor nfs"),
-                fix,
-            ),
-        );
+        return names("which is neither hostPath nor nfs");
     }
     let mounts: Vec<_> = template
         .spec
@@ -99,16 +83,9 @@ pub fn read(
     let whole_once = matches!(mounts.as_slice(), [(c, m)] if c.name == CONTAINER_NAME
         && m.sub_path.is_none() && m.sub_path_expr.is_none());
     if !whole_once {
-        return (
-            None,
-            err(
-                VOLUME_BASE_KEY,
-                format!(
-                    "names volume `{base}`, which the pod-template must mount exactly once, whole (no subPath), in the {CONTAINER_NAME} container"
-                ),
-                fix,
-            ),
-        );
+        return names(&format!(
+            "which the pod-template must mount exactly once, whole (no subPath), in the {CONTAINER_NAME} container"
+        ));
     }
     let mut problems = Vec::new();
     if !directory.contains('/') {

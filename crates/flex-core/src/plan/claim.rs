@@ -16,8 +16,8 @@ use crate::config::PvCreator;
 use crate::config::allowed::check_report;
 use crate::inputs::ANN_INPUTS;
 use crate::job::{
-    Failure, JobOutcome, ProvisionContext, attempt_of, outcome, pod_failure, pods_of, provision_job,
-    report_of,
+    Failure, JobOutcome, ProvisionContext, attempt_of, outcome, pod_failure, pods_of,
+    provision_job, report_of,
 };
 use crate::names::{
     ANN_SELECTED_NODE, ANN_STORAGE_PROVISIONER, ANN_STORAGE_PROVISIONER_BETA, fnv1a32, pv_name,
