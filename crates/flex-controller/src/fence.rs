@@ -41,7 +41,7 @@ impl Fence {
 
     /// A renewal succeeded: writes may go on until `until` (never moved back).
     pub fn extend_to(&self, until: Instant) {
-        let mut u = self.until.lock().unwrap_or_else(|e| e.into_inner());
+        let mut u = crate::lock(&self.until);
         if let Some(current) = u.as_mut() {
             *current = (*current).max(until);
         }
@@ -49,7 +49,7 @@ impl Fence {
 
     /// Leadership is lost: no write from now on.
     pub fn close(&self) {
-        let mut u = self.until.lock().unwrap_or_else(|e| e.into_inner());
+        let mut u = crate::lock(&self.until);
         if u.is_some() {
             *u = Some(
                 Instant::now()
@@ -61,10 +61,7 @@ impl Fence {
 
     /// Whether a write may be sent now.
     pub fn admits(&self) -> bool {
-        self.until
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_none_or(|until| Instant::now() < until)
+        crate::lock(&self.until).is_none_or(|until| Instant::now() < until)
     }
 }
 

@@ -16,8 +16,6 @@ pub mod throttle;
 /// Errors of the controller. `category()` gives a bounded label for metrics and logs.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error(transparent)]
-    Core(#[from] flex_core::Error),
     /// A check before anything starts: the controller may not list what it watches.
     #[error("checking {what} before starting: Kubernetes API: {source}")]
     Preflight { what: String, source: kube::Error },
@@ -50,7 +48,6 @@ impl Error {
     /// A label from a fixed set, safe to use in metrics (never an object name or message).
     pub fn category(&self) -> &'static str {
         match self {
-            Error::Core(e) => e.category(),
             Error::Preflight { .. } => "preflight",
             Error::Read { .. } => "read",
             Error::Write { .. } => "write",
@@ -76,42 +73,42 @@ impl Error {
         move |source| Error::Write { what, source }
     }
 
-    /// Whether the API server was only busy or out of reach (429, 5xx, no answer): the same
-    /// request may well pass a moment later.
-    pub fn is_transient(&self) -> bool {
+    /// What the API server said, for an error of a request to it.
+    fn kube_source(&self) -> Option<&kube::Error> {
         match self {
             Error::Preflight { source, .. }
             | Error::Read { source, .. }
-            | Error::Write { source, .. } => match source {
-                kube::Error::Api(s) => s.code == 429 || s.code >= 500,
-                kube::Error::HyperError(_) | kube::Error::Service(_) => true,
-                _ => false,
-            },
+            | Error::Write { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+
+    /// Whether the API server was only busy or out of reach (429, 5xx, no answer): the same
+    /// request may well pass a moment later.
+    pub fn is_transient(&self) -> bool {
+        match self.kube_source() {
+            Some(kube::Error::Api(s)) => s.code == 429 || s.code >= 500,
+            Some(kube::Error::HyperError(_) | kube::Error::Service(_)) => true,
             _ => false,
         }
     }
 
     /// The API server's status code, when it answered with one.
     pub fn status_code(&self) -> Option<u16> {
-        match self {
-            Error::Preflight { source, .. }
-            | Error::Read { source, .. }
-            | Error::Write { source, .. } => match source {
-                kube::Error::Api(s) => Some(s.code),
-                _ => None,
-            },
+        match self.kube_source() {
+            Some(kube::Error::Api(s)) => Some(s.code),
             _ => None,
         }
     }
 }
 
-impl From<flex_core::claim::ClaimError> for Error {
-    fn from(e: flex_core::claim::ClaimError) -> Self {
-        Error::Core(e.into())
-    }
-}
-
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A lock whose holder panicked is used as it is: every critical section here is a few
+/// infallible collection operations, so a panic cannot leave the data half-updated.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 #[cfg(test)]
 mod tests {

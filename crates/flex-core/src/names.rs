@@ -20,10 +20,6 @@ pub const LABEL_SIZE: &str = "flex-provisioner.io/size";
 pub const ANN_CLAIM: &str = "flex-provisioner.io/claim";
 pub const ANN_STORAGE_CLASS: &str = "flex-provisioner.io/storage-class";
 pub const ANN_CONFIG: &str = "flex-provisioner.io/config";
-pub const ANN_IMAGE: &str = "flex-provisioner.io/image";
-pub const ANN_DEPROVISION_IMAGE: &str = "flex-provisioner.io/deprovision-image";
-pub const ANN_SERVICE_ACCOUNT: &str = "flex-provisioner.io/service-account";
-pub const ANN_PARAMETERS: &str = "flex-provisioner.io/parameters";
 /// Everything else a deprovision Job needs (command, args, placement, pod-template...), so
 /// that deprovisioning never depends on the ConfigMap still existing unchanged.
 pub const ANN_DEPROVISION_SPEC: &str = "flex-provisioner.io/deprovision-spec";

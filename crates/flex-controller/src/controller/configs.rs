@@ -38,7 +38,8 @@ pub struct Configs {
     /// Per class: the versions last parsed and what they gave. Parsing (templates included)
     /// happens once per version, not once per claim reconcile.
     parsed: Mutex<HashMap<String, (String, Parsed)>>,
-    /// How many times a ConfigMap was parsed (for tests and debugging).
+    /// How many times a ConfigMap was parsed.
+    #[cfg(test)]
     parses: std::sync::atomic::AtomicUsize,
     /// Per ConfigMap uid: the last version whose problems were reported.
     reported: Mutex<HashMap<String, String>>,
@@ -140,16 +141,14 @@ impl Configs {
             sc.metadata.uid.as_deref().unwrap_or_default(),
             sc.metadata.resource_version.as_deref().unwrap_or_default()
         );
-        let cached = self
-            .parsed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        let cached = crate::lock(&self.parsed)
             .get(class_name)
             .filter(|(v, _)| *v == version)
             .map(|(_, parsed)| parsed.clone());
         if let Some(parsed) = cached {
             return Ok(parsed);
         }
+        #[cfg(test)]
         self.parses
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (config, mut problems) = match parse_config_map_with(cm, options) {
@@ -166,13 +165,10 @@ impl Configs {
                 }
             }
         });
-        self.parsed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(
-                class_name.to_owned(),
-                (version, (joined.clone(), problems.clone())),
-            );
+        crate::lock(&self.parsed).insert(
+            class_name.to_owned(),
+            (version, (joined.clone(), problems.clone())),
+        );
         Ok((joined, problems))
     }
 
@@ -183,11 +179,7 @@ impl Configs {
         }
         let uid = cm.metadata.uid.clone().unwrap_or_default();
         let version = cm.metadata.resource_version.clone().unwrap_or_default();
-        let previous = self
-            .reported
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(uid, version.clone());
+        let previous = crate::lock(&self.reported).insert(uid, version.clone());
         (previous.as_deref() != Some(version.as_str())).then(|| ConfigReport {
             config_map: cm.clone(),
             problems: problems.to_vec(),
@@ -195,6 +187,7 @@ impl Configs {
     }
 
     /// How many times a ConfigMap has been parsed so far.
+    #[cfg(test)]
     pub fn parses(&self) -> usize {
         self.parses.load(std::sync::atomic::Ordering::Relaxed)
     }

@@ -37,10 +37,7 @@ struct Latest {
 impl Expected {
     /// Waits for this class's turn to count and create; the turn ends when the guard drops.
     pub async fn turn(&self, class: &str) -> tokio::sync::OwnedMutexGuard<()> {
-        let gate = self
-            .turns
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        let gate = crate::lock(&self.turns)
             .entry(class.to_owned())
             .or_default()
             .clone();
@@ -49,9 +46,7 @@ impl Expected {
 
     /// Remembers a Job just created (or adopted) for the class.
     pub fn record(&self, class: &str, job: &str) {
-        self.created
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        crate::lock(&self.created)
             .entry(class.to_owned())
             .or_default()
             .push((job.to_owned(), Instant::now()));
@@ -59,7 +54,7 @@ impl Expected {
 
     /// Remembers the Job just created (or adopted) for an owner (a claim or PV uid).
     pub fn record_for(&self, owner: &str, job: &str, attempt: u32) {
-        let mut latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
+        let mut latest = crate::lock(&self.latest);
         // An owner deleted before its Job was cached is never asked about again: what is
         // stale goes once the map is large, so it never grows with such owners.
         if latest.by_owner.len() >= latest.sweep_at.max(FORGET_STALE_ABOVE) {
@@ -75,7 +70,7 @@ impl Expected {
     /// The attempt of the owner's last created Job while the cache does not show it
     /// (`cached`: whether the cache holds a Job of that name); forgotten once it does.
     pub fn unseen_for(&self, owner: &str, cached: impl Fn(&str) -> bool) -> Option<u32> {
-        let mut latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
+        let mut latest = crate::lock(&self.latest);
         let (job, attempt, at) = latest.by_owner.get(owner)?;
         if cached(job) || at.elapsed() >= UNSEEN_FOR_AT_MOST {
             latest.by_owner.remove(owner);
@@ -87,7 +82,7 @@ impl Expected {
     /// How many of the class's created Jobs the cache does not show yet (`cached`: the names
     /// of the class's Jobs in the cache); forgets the ones it shows and the stale ones.
     pub fn unseen(&self, class: &str, cached: &HashSet<&str>) -> usize {
-        let mut created = self.created.lock().unwrap_or_else(|e| e.into_inner());
+        let mut created = crate::lock(&self.created);
         let Some(list) = created.get_mut(class) else {
             return 0;
         };

@@ -56,7 +56,7 @@ impl<K> Queue<K> {
     /// Poisoning cannot leave a queue half-updated (every critical section is a few
     /// infallible collection operations), so a poisoned lock is used as it is.
     fn state(&self) -> std::sync::MutexGuard<'_, State<K>> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        crate::lock(&self.state)
     }
 
     fn push(&self, key: Key, object: Arc<K>) {

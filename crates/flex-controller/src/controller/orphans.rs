@@ -34,16 +34,13 @@ struct Waiting {
 impl Waiting {
     /// When the Job was first found waiting (now, the first time).
     fn since(&self, uid: &str) -> tokio::time::Instant {
-        let mut m = self.since.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = crate::lock(&self.since);
         *m.entry(uid.to_owned())
             .or_insert_with(tokio::time::Instant::now)
     }
 
     fn done(&self, uid: &str) {
-        self.since
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(uid);
+        crate::lock(&self.since).remove(uid);
     }
 }
 

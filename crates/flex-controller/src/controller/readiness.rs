@@ -26,6 +26,7 @@ impl Default for Readiness {
 
 impl Readiness {
     /// Whether every store has synced.
+    #[cfg(test)]
     pub fn is_ready(&self) -> bool {
         *self.tx.borrow()
     }

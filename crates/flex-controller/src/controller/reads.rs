@@ -13,10 +13,6 @@ use super::context::Context;
 use flex_core::names::{LABEL_ACTION, LABEL_CLAIM_UID, LABEL_RECORD, LABEL_VOLUME};
 use flex_core::plan::orphan::Confirmed;
 
-fn failed(what: String) -> impl FnOnce(kube::Error) -> crate::Error {
-    crate::Error::read(what)
-}
-
 /// The claim `namespace/name`.
 pub(super) async fn claim(
     ctx: &Context,
@@ -26,7 +22,7 @@ pub(super) async fn claim(
     Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), namespace)
         .get_opt(name)
         .await
-        .map_err(failed(format!("claim {namespace}/{name}")))
+        .map_err(crate::Error::read(format!("claim {namespace}/{name}")))
 }
 
 /// The PV `name`.
@@ -35,7 +31,7 @@ pub(super) async fn volume(ctx: &Context, name: &str) -> crate::Result<Option<Pe
         .volumes()
         .get_opt(name)
         .await
-        .map_err(failed(format!("PersistentVolume {name}")))
+        .map_err(crate::Error::read(format!("PersistentVolume {name}")))
 }
 
 /// The node `name`.
@@ -43,7 +39,7 @@ pub(super) async fn node(ctx: &Context, name: &str) -> crate::Result<Option<Node
     Api::<Node>::all(ctx.client.clone())
         .get_opt(name)
         .await
-        .map_err(failed(format!("Node {name}")))
+        .map_err(crate::Error::read(format!("Node {name}")))
 }
 
 /// A claim the cache keeps cut short (`caches::trim_claim`), read whole (`None`: it is gone,
@@ -85,7 +81,7 @@ pub(super) async fn record(
         if let Some(cm) = Api::<ConfigMap>::namespaced(ctx.client.clone(), ns)
             .get_opt(&name)
             .await
-            .map_err(failed(format!("record {ns}/{name}")))?
+            .map_err(crate::Error::read(format!("record {ns}/{name}")))?
         {
             return Ok(Some(cm));
         }
@@ -106,7 +102,7 @@ pub(super) async fn claims_pods(
     let list = Api::<Pod>::namespaced(ctx.client.clone(), namespace)
         .list(&ListParams::default().labels(&selector))
         .await
-        .map_err(failed(format!(
+        .map_err(crate::Error::read(format!(
             "the pods of claim uid {uid} in {namespace}"
         )))?;
     Ok(list
@@ -165,13 +161,13 @@ pub(super) async fn orphan_traces(
             "{LABEL_ACTION}=deprovision,{LABEL_VOLUME}={volume_name}"
         )))
         .await
-        .map_err(failed(what()))?;
+        .map_err(crate::Error::read(what()))?;
     let records = Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns)
         .list_metadata(&by(format!(
             "{LABEL_RECORD}=true,{LABEL_VOLUME}={volume_name}"
         )))
         .await
-        .map_err(failed(what()))?;
+        .map_err(crate::Error::read(what()))?;
     Ok(Confirmed {
         claim_leaving: leaving.is_none_or(|c| {
             c.uid().as_deref() != Some(claim_uid) || c.metadata.deletion_timestamp.is_some()

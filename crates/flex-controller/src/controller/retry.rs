@@ -43,7 +43,7 @@ pub struct Failures(Mutex<HashMap<String, (u32, Instant)>>);
 impl Failures {
     /// Records a failure of `key` and returns how many in a row it makes.
     pub fn record(&self, key: &str) -> u32 {
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = crate::lock(&self.0);
         if map.len() > 10_000 {
             map.retain(|_, (_, at)| at.elapsed() < FORGET_AFTER);
         }

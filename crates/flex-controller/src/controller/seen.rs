@@ -30,7 +30,7 @@ impl Seen {
 
     /// Records `key`; true when it was not seen before (within the memory kept).
     pub fn insert(&self, key: &str) -> bool {
-        let mut g = self.generations.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = crate::lock(&self.generations);
         let (newer, older) = &mut *g;
         if newer.contains(key) {
             return false;
@@ -46,14 +46,14 @@ impl Seen {
 
     /// Whether `key` is remembered (without recording it).
     pub fn contains(&self, key: &str) -> bool {
-        let g = self.generations.lock().unwrap_or_else(|e| e.into_inner());
+        let g = crate::lock(&self.generations);
         g.0.contains(key) || g.1.contains(key)
     }
 
     /// How many keys are held (at most twice the capacity).
     #[cfg(test)]
     fn len(&self) -> usize {
-        let g = self.generations.lock().unwrap_or_else(|e| e.into_inner());
+        let g = crate::lock(&self.generations);
         g.0.len() + g.1.len()
     }
 }

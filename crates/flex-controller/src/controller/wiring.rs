@@ -23,9 +23,7 @@ use super::compact::Compact;
 use super::context::Context;
 use super::watches::watch_everything;
 use super::{Options, caches, expansion, fan_out, index, orphans, reconcile, volumes};
-use flex_core::names::{
-    ANN_SOURCE_VOLUME, LABEL_CONFIG_CLASS, LABEL_VOLUME, annotation, label,
-};
+use flex_core::names::{ANN_SOURCE_VOLUME, LABEL_CONFIG_CLASS, LABEL_VOLUME, annotation, label};
 
 /// Reconciles in flight per controller. Unbounded, a restart in a cluster of 50,000 claims
 /// started 50,000 reconciles at once, each holding its state in memory; the rest wait in
@@ -187,7 +185,10 @@ fn volume_controller(
             // Its own volume, and a clone's source, which waits for the copy to finish.
             let own = label(&job.metadata, LABEL_VOLUME);
             let source = annotation(&job.metadata, ANN_SOURCE_VOLUME);
-            own.into_iter().chain(source).map(ObjectRef::new).collect::<Vec<_>>()
+            own.into_iter()
+                .chain(source)
+                .map(ObjectRef::new)
+                .collect::<Vec<_>>()
         })
         .run(volumes::reconcile_volume, Context::error_policy, ctx)
         .for_each(log_failure)
@@ -242,7 +243,9 @@ where
             Some(ObjectRef::new(r.name.as_deref()?).within(r.namespace.as_deref()?))
         })
         .watches_stream(t.classes, move |sc: StorageClass| {
-            by_class.refs(&caches::by_class(sc.meta().name.as_deref().unwrap_or_default()))
+            by_class.refs(&caches::by_class(
+                sc.meta().name.as_deref().unwrap_or_default(),
+            ))
         })
         .watches_stream(t.config_maps, move |cm: ConfigMap| {
             let class = label(&cm.metadata, LABEL_CONFIG_CLASS).unwrap_or_default();

@@ -468,11 +468,7 @@ fn not_starting_notice(job: &Job, attempt: u32, why: &str) -> Notice {
 }
 
 /// What the gate lets through: a claim of ours, servable.
-struct Gated<'a> {
-    stage: Stage,
-    request: ClaimRequest,
-    config: &'a ClassConfig,
-}
+type Gated<'a> = (Stage, ClaimRequest, &'a ClassConfig);
 
 /// A problem the user or an admin must fix before anything happens; said only while the
 /// claim is pending (past provisioning, problems are no longer the user's to fix).
@@ -514,8 +510,7 @@ fn gate<'a>(i: &ClaimInputs<'a>) -> Result<Gated<'a>, Decision<Plan>> {
     let config = match i.config {
         ConfigState::Ready(c) => c,
         ConfigState::Unusable(problem) => {
-            let message = problem.to_owned();
-            let reason = reasons::CONFIG_INVALID;
+            let (reason, message) = (reasons::CONFIG_INVALID, problem.to_owned());
             return Err(blocked(
                 &stage,
                 "config",
@@ -544,11 +539,7 @@ fn gate<'a>(i: &ClaimInputs<'a>) -> Result<Gated<'a>, Decision<Plan>> {
     {
         return Err(node_cordoned(i, &node.name));
     }
-    Ok(Gated {
-        stage,
-        request,
-        config,
-    })
+    Ok((stage, request, config))
 }
 
 /// The claim names a node the node cache does not show: the API server is asked first (the
@@ -572,15 +563,24 @@ fn node_missing(i: &ClaimInputs<'_>, node: &str) -> Decision<Plan> {
             Notice::warning(format!("node-gone/{key}"), reasons::FAILED, message).action("Observe");
         return plan(BLOCKED, vec![notice]);
     }
+    reschedule(
+        i,
+        node,
+        format!("the node \"{shown}\" selected for this claim does not exist"),
+    )
+}
+
+/// Hands the claim back to the scheduler: its selected-node annotation removed, under the
+/// claim's resourceVersion, as Kubernetes' own provisioners do.
+fn reschedule(i: &ClaimInputs<'_>, node: &str, why: String) -> Decision<Plan> {
     let patch = serde_json::json!({"metadata": {
         "annotations": {ANN_SELECTED_NODE: null},
         "resourceVersion": i.claim.metadata.resource_version,
     }});
-    let message = format!(
-        "the node \"{shown}\" selected for this claim does not exist; the controller removes the selection so that the scheduler chooses again"
-    );
-    let notice =
-        Notice::warning(format!("reschedule/{key}"), reasons::FAILED, message).action("Reschedule");
+    let message =
+        format!("{why}; the controller removes the selection so that the scheduler chooses again");
+    let key = format!("reschedule/{}", short_hash(node));
+    let notice = Notice::warning(key, reasons::FAILED, message).action("Reschedule");
     plan(Step::Reschedule { patch }, vec![notice])
 }
 
@@ -610,20 +610,10 @@ fn tolerates_cordon(config: &ClassConfig) -> bool {
 /// `max-concurrent` slots (a claim's author can write the selection). Handed back to the
 /// scheduler, which chooses among schedulable nodes.
 fn node_cordoned(i: &ClaimInputs<'_>, node: &str) -> Decision<Plan> {
-    let patch = serde_json::json!({"metadata": {
-        "annotations": {ANN_SELECTED_NODE: null},
-        "resourceVersion": i.claim.metadata.resource_version,
-    }});
-    let message = format!(
-        "the node \"{node}\" selected for this claim is cordoned, so its provisioning Job could not run there; the controller removes the selection so that the scheduler chooses again"
+    let why = format!(
+        "the node \"{node}\" selected for this claim is cordoned, so its provisioning Job could not run there"
     );
-    let notice = Notice::warning(
-        format!("reschedule/{}", short_hash(node)),
-        reasons::FAILED,
-        message,
-    )
-    .action("Reschedule");
-    plan(Step::Reschedule { patch }, vec![notice])
+    reschedule(i, node, why)
 }
 
 /// A claim past the gate, with what its Jobs, pods and annotations say.
@@ -655,12 +645,7 @@ struct Judging<'i, 'a> {
 }
 
 impl<'i, 'a> Judging<'i, 'a> {
-    fn new(i: &'i ClaimInputs<'a>, g: Gated<'a>) -> Self {
-        let Gated {
-            stage,
-            request,
-            config,
-        } = g;
+    fn new(i: &'i ClaimInputs<'a>, (stage, request, config): Gated<'a>) -> Self {
         let mut notices = Vec::new();
         let template = pv_template(config, &request, i.node, i.provisioner_name);
         let latest = i.jobs.iter().copied().max_by_key(|j| attempt_of(j));

@@ -57,6 +57,10 @@ impl Applier {
         notices: &[Notice],
         created: Option<jiff::Timestamp>,
     ) {
+        // Events are de-duplicated twice, for two reasons: here, so that a notice every
+        // reconcile repeats costs no request and is counted in the metrics once; kube's
+        // recorder then merges what is published again after this memory let it go (see
+        // seen.rs) into one event series, as Kubernetes' own components do.
         for n in notices {
             // Once per object: a class's problem is told on each of its claims.
             let scoped = format!("{}/{}", on.uid.as_deref().unwrap_or_default(), n.key);
@@ -125,8 +129,6 @@ impl Applier {
         }
     }
 
-    /// A volume's storage is gone: timed from `since` (its first deprovision Job), when
-    /// there is one, then counted; in that order for the reason `tell_timed` gives.
     /// A ConfigMap's problems, each an event on it; its errors are counted for the class.
     pub async fn tell_config_problems(&self, class: &str, r: &super::super::configs::ConfigReport) {
         let on = r.config_map.object_ref(&());
@@ -140,6 +142,8 @@ impl Applier {
         }
     }
 
+    /// A volume's storage is gone: timed from `since` (its first deprovision Job), when
+    /// there is one, then counted; in that order for the reason `tell_timed` gives.
     pub(super) fn count_deleted(&self, class: &str, since: Option<jiff::Timestamp>) {
         if let Some(t) = since {
             self.metrics
