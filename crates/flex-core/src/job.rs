@@ -604,8 +604,8 @@ pub struct Failure {
     pub at: Option<jiff::Timestamp>,
 }
 
-/// The message a failed pod left: its termination message, trimmed, with the exit code.
-pub fn pod_failure(pod: &k8s_openapi::api::core::v1::Pod) -> Option<(i32, String)> {
+/// What a failed pod left: `exit code N`, and its termination message, trimmed, if any.
+pub fn pod_failure(pod: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
     let status = pod.status.as_ref()?;
     if status.phase.as_deref() != Some("Failed") {
         return None;
@@ -616,9 +616,13 @@ pub fn pod_failure(pod: &k8s_openapi::api::core::v1::Pod) -> Option<(i32, String
         .flatten()
         .find(|c| c.name == CONTAINER_NAME)
         .and_then(|c| c.state.as_ref()?.terminated.clone());
-    Some(match term {
+    let (code, message) = match term {
         Some(t) => (t.exit_code, t.message.unwrap_or_default().trim().to_owned()),
         None => (-1, status.message.clone().unwrap_or_default()),
+    };
+    Some(match message.is_empty() {
+        true => format!("exit code {code}"),
+        false => format!("exit code {code}: {message}"),
     })
 }
 
@@ -643,13 +647,7 @@ pub fn outcome(job: &Job, pods: &[&k8s_openapi::api::core::v1::Pod]) -> JobOutco
         .iter()
         .filter_map(|p| pod_failure(p).map(|f| (p.metadata.creation_timestamp.clone(), f)))
         .max_by(|a, b| a.0.cmp(&b.0))
-        .map(|(_, (code, msg))| {
-            if msg.is_empty() {
-                format!("exit code {code}")
-            } else {
-                format!("exit code {code}: {msg}")
-            }
-        });
+        .map(|(_, text)| text);
     let reason = failed.reason.clone().unwrap_or_default();
     let condition_message = failed.message.clone().unwrap_or_default();
     let message = match (reason.as_str(), latest_pod_message) {

@@ -312,72 +312,56 @@ fn pod_notices(attempt: u32, pods: &[&Pod]) -> Vec<Notice> {
     for pod in pods {
         let name = pod.metadata.name.clone().unwrap_or_default();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        if let Some((code, message)) = pod_failure(pod) {
-            let text = if message.is_empty() {
-                String::new()
-            } else {
-                format!(": {message}")
-            };
-            out.push(Notice::warning(
+        let mut say = |key: String, reason, what: String| {
+            let message = format!("attempt {attempt}: provisioner pod {name} {what}");
+            out.push(
+                Notice::warning(key, reason, message)
+                    .about(*pod)
+                    .action("Observe"),
+            );
+        };
+        if let Some(text) = pod_failure(pod) {
+            say(
                 format!("pod-failed/{uid}"),
                 reasons::FAILED,
-                format!(
-                    "attempt {attempt}: provisioner pod {name} failed with exit code {code}{text}"
-                ),
-            ).about(*pod).action("Observe"));
+                format!("failed with {text}"),
+            );
             continue;
         }
         let status = pod.status.clone().unwrap_or_default();
-        for cs in status.container_statuses.iter().flatten() {
-            let Some(w) = cs.state.as_ref().and_then(|s| s.waiting.clone()) else {
-                continue;
-            };
+        let states = status.container_statuses.iter().flatten();
+        for w in states.filter_map(|cs| cs.state.as_ref()?.waiting.clone()) {
             let reason = w.reason.unwrap_or_default();
-            if matches!(
-                reason.as_str(),
-                "ErrImagePull"
-                    | "ImagePullBackOff"
-                    | "InvalidImageName"
-                    | "CreateContainerConfigError"
-                    | "CreateContainerError"
-            ) {
-                let key_reason = if reason == "ImagePullBackOff" {
-                    "ErrImagePull"
-                } else {
+            // ImagePullBackOff follows ErrImagePull: the same problem, said once.
+            let key_reason = match reason.as_str() {
+                "ErrImagePull" | "ImagePullBackOff" => "ErrImagePull",
+                "InvalidImageName" | "CreateContainerConfigError" | "CreateContainerError" => {
                     reason.as_str()
-                };
-                out.push(
-                    Notice::warning(
-                        format!("pod-start/{uid}/{key_reason}"),
-                        reasons::POD_NOT_STARTING,
-                        format!(
-                            "attempt {attempt}: provisioner pod {name} cannot start: {reason}: {}",
-                            w.message.unwrap_or_default()
-                        ),
-                    )
-                    .about(*pod)
-                    .action("Observe"),
-                );
-            }
+                }
+                _ => continue,
+            };
+            let what = format!("cannot start: {reason}: {}", w.message.unwrap_or_default());
+            say(
+                format!("pod-start/{uid}/{key_reason}"),
+                reasons::POD_NOT_STARTING,
+                what,
+            );
         }
-        for c in status.conditions.iter().flatten() {
-            if c.type_ == "PodScheduled"
+        let unschedulable = (status.conditions.iter().flatten()).find(|c| {
+            c.type_ == "PodScheduled"
                 && c.status == "False"
                 && c.reason.as_deref() == Some("Unschedulable")
-            {
-                out.push(
-                    Notice::warning(
-                        format!("pod-start/{uid}/Unschedulable"),
-                        reasons::POD_NOT_STARTING,
-                        format!(
-                            "attempt {attempt}: provisioner pod {name} cannot be scheduled: {}",
-                            c.message.clone().unwrap_or_default()
-                        ),
-                    )
-                    .about(*pod)
-                    .action("Observe"),
-                );
-            }
+        });
+        if let Some(c) = unschedulable {
+            let what = format!(
+                "cannot be scheduled: {}",
+                c.message.clone().unwrap_or_default()
+            );
+            say(
+                format!("pod-start/{uid}/Unschedulable"),
+                reasons::POD_NOT_STARTING,
+                what,
+            );
         }
     }
     out

@@ -251,18 +251,16 @@ fn pod_failures(i: &ExpandInputs<'_>, g: &Growth<'_>, job: &Job) -> Vec<Notice> 
     pods_of(job, &i.pods)
         .into_iter()
         .filter_map(|pod| {
-            let (code, message) = pod_failure(pod)?;
+            let text = pod_failure(pod)?;
             let name = pod.metadata.name.clone().unwrap_or_default();
-            let text = if message.is_empty() {
-                String::new()
-            } else {
-                format!(": {message}")
-            };
             Some(
                 Notice::warning(
-                    format!("expand-pod-failed/{}", pod.metadata.uid.clone().unwrap_or_default()),
+                    format!(
+                        "expand-pod-failed/{}",
+                        pod.metadata.uid.clone().unwrap_or_default()
+                    ),
                     reasons::RESIZE_FAILED,
-                    format!("resize volume \"{pv_name}\": expansion pod {name} failed with exit code {code}{text}"),
+                    format!("resize volume \"{pv_name}\": expansion pod {name} failed with {text}"),
                 )
                 .action("Expand")
                 .about(pod),
