@@ -179,26 +179,16 @@ fn report_limits(config: &ClassConfig, rendered: &Rendered) -> Vec<(String, Stri
 
 /// The provisioning Job's environment (docs/image-contract.md, "Environment of the container").
 fn provision_env(cx: &ProvisionContext<'_>) -> Vec<(&'static str, String)> {
-    let (config, claim, rendered) = (cx.config, cx.claim, cx.rendered);
-    let class = &config.class;
-    let env = vec![
-        ("ACTION", Action::Provision.as_str().to_owned()),
-        ("PROVISIONER_NAME", cx.provisioner_name.to_owned()),
-        ("PV_NAME", pv_name(&claim.uid)),
-        ("PVC_NAME", claim.name.clone()),
-        ("PVC_NAMESPACE", claim.namespace.clone()),
-        ("PVC_UID", claim.uid.clone()),
-        ("STORAGE_CLASS", class.name.clone()),
-        ("RECLAIM_POLICY", class.reclaim_policy.clone()),
-        ("MOUNT_OPTIONS", class.mount_options.join(",")),
-        ("VOLUME_MODE", claim.volume_mode.clone()),
-        ("ACCESS_MODES", claim.access_modes.join(",")),
-        ("REQUESTED_BYTES", claim.bytes.to_string()),
-        ("REQUESTED_SIZE", claim.requested.clone()),
-        (
-            "SELECTED_NODE",
-            claim.selected_node.clone().unwrap_or_default(),
-        ),
+    let (claim, rendered) = (cx.claim, cx.rendered);
+    let (name, node) = (cx.provisioner_name, claim.selected_node.clone());
+    let mut env = volume_env(
+        Action::Provision,
+        name,
+        cx.pv_template,
+        &claim.requested,
+        node,
+    );
+    env.extend([
         (
             "PV_TEMPLATE",
             serde_json::to_string(cx.pv_template).unwrap_or_default(),
@@ -207,14 +197,51 @@ fn provision_env(cx: &ProvisionContext<'_>) -> Vec<(&'static str, String)> {
         ("TERMINATION_LOG", TERMINATION_MESSAGE_PATH.to_owned()),
         (
             "PV_CREATOR",
-            config.provisioner.pv_creator.as_str().to_owned(),
+            cx.config.provisioner.pv_creator.as_str().to_owned(),
         ),
-    ];
+    ]);
     let directory = rendered.volume_directory.clone();
     env.into_iter()
         .chain(directory.map(|d| ("VOLUME_DIRECTORY", d)))
         .chain(cx.source.map(|s| s.env()).unwrap_or_default())
         .collect()
+}
+
+/// What every Job says of its volume, read from its PV (for provisioning, the PV it is to
+/// make): `size` is the size it is to have, `node` the node it runs for.
+fn volume_env(
+    action: Action,
+    provisioner_name: &str,
+    pv: &PersistentVolume,
+    size: &str,
+    node: Option<String>,
+) -> Vec<(&'static str, String)> {
+    let spec = pv.spec.clone().unwrap_or_default();
+    let claim = spec.claim_ref.unwrap_or_default();
+    let bytes = crate::quantity::parse_bytes(size).map(|b| b.to_string());
+    let joined = |v: Option<Vec<String>>| v.unwrap_or_default().join(",");
+    vec![
+        ("ACTION", action.as_str().to_owned()),
+        ("PROVISIONER_NAME", provisioner_name.to_owned()),
+        ("PV_NAME", pv.metadata.name.clone().unwrap_or_default()),
+        ("PVC_NAME", claim.name.unwrap_or_default()),
+        ("PVC_NAMESPACE", claim.namespace.unwrap_or_default()),
+        ("PVC_UID", claim.uid.unwrap_or_default()),
+        ("STORAGE_CLASS", spec.storage_class_name.unwrap_or_default()),
+        (
+            "RECLAIM_POLICY",
+            spec.persistent_volume_reclaim_policy.unwrap_or_default(),
+        ),
+        ("MOUNT_OPTIONS", joined(spec.mount_options)),
+        (
+            "VOLUME_MODE",
+            spec.volume_mode.unwrap_or_else(|| "Filesystem".into()),
+        ),
+        ("ACCESS_MODES", joined(spec.access_modes)),
+        ("REQUESTED_BYTES", bytes.unwrap_or_default()),
+        ("REQUESTED_SIZE", size.to_owned()),
+        ("SELECTED_NODE", node.unwrap_or_default()),
+    ]
 }
 
 /// The deprovisioning Job for attempt `attempt` of a PV we provisioned, built only from
@@ -288,45 +315,11 @@ fn volume_job(v: VolumeJob<'_>) -> Job {
     let volume = pv.metadata.name.clone().unwrap_or_default();
     let spec = pv.spec.clone().unwrap_or_default();
     let claim = spec.claim_ref.clone().unwrap_or_default();
-    let bytes = crate::quantity::parse_bytes(size)
-        .map(|b| b.to_string())
-        .unwrap_or_default();
     let mut pv_json = pv.clone();
     pv_json.metadata.managed_fields = None;
-    let env = vec![
-        ("ACTION", action.as_str().to_owned()),
-        ("PROVISIONER_NAME", v.provisioner_name.to_owned()),
-        ("PV_NAME", volume.clone()),
-        ("PVC_NAME", claim.name.clone().unwrap_or_default()),
-        ("PVC_NAMESPACE", claim.namespace.clone().unwrap_or_default()),
-        ("PVC_UID", claim.uid.clone().unwrap_or_default()),
-        (
-            "STORAGE_CLASS",
-            spec.storage_class_name.clone().unwrap_or_default(),
-        ),
-        (
-            "RECLAIM_POLICY",
-            spec.persistent_volume_reclaim_policy
-                .clone()
-                .unwrap_or_default(),
-        ),
-        (
-            "MOUNT_OPTIONS",
-            spec.mount_options.clone().unwrap_or_default().join(","),
-        ),
-        (
-            "VOLUME_MODE",
-            spec.volume_mode
-                .clone()
-                .unwrap_or_else(|| "Filesystem".into()),
-        ),
-        (
-            "ACCESS_MODES",
-            spec.access_modes.clone().unwrap_or_default().join(","),
-        ),
-        ("REQUESTED_BYTES", bytes),
-        ("REQUESTED_SIZE", size.to_owned()),
-        ("SELECTED_NODE", recipe.node.clone().unwrap_or_default()),
+    let node = recipe.node.clone();
+    let mut env = volume_env(action, v.provisioner_name, pv, size, node);
+    env.extend([
         (
             "PARAMETERS",
             serde_json::to_string(v.parameters).unwrap_or_default(),
@@ -336,7 +329,7 @@ fn volume_job(v: VolumeJob<'_>) -> Job {
             serde_json::to_string(&pv_json).unwrap_or_default(),
         ),
         ("TERMINATION_LOG", TERMINATION_MESSAGE_PATH.to_owned()),
-    ];
+    ]);
     let directory = recipe.volume.as_ref().map(|v| v.directory.clone());
     let env = env
         .into_iter()
