@@ -122,36 +122,28 @@ pub fn claim_keys(c: &PersistentVolumeClaim) -> Vec<String> {
 }
 
 pub fn job_keys(j: &Job) -> Vec<String> {
-    let labels = j.labels();
-    let mut keys = Vec::new();
-    if let Some(uid) = label(labels, LABEL_CLAIM_UID) {
-        keys.push(by_claim(uid));
-    }
-    if let Some(v) = label(labels, LABEL_VOLUME) {
-        keys.push(by_volume(v));
-    }
+    let mut keys = object_keys(j);
     // Only provisioning Jobs count against a class's `max-concurrent`.
-    if flex_core::names::Action::of(labels) == Some(flex_core::names::Action::Provision) {
-        if let Some(class) = j.annotations().get(ANN_STORAGE_CLASS) {
-            keys.push(by_class(class));
-        }
-        if let Some(source) = j.annotations().get(ANN_SOURCE_VOLUME) {
-            keys.push(by_source(source));
-        }
+    if flex_core::names::Action::of(j.labels()) == Some(flex_core::names::Action::Provision) {
+        let annotations = j.annotations();
+        keys.extend(annotations.get(ANN_STORAGE_CLASS).map(|c| by_class(c)));
+        keys.extend(annotations.get(ANN_SOURCE_VOLUME).map(|v| by_source(v)));
     }
     keys
 }
 
 pub fn pod_keys(p: &Pod) -> Vec<String> {
-    let labels = p.labels();
-    let mut keys = Vec::new();
-    if let Some(uid) = label(labels, LABEL_CLAIM_UID) {
-        keys.push(by_claim(uid));
-    }
-    if let Some(v) = label(labels, LABEL_VOLUME) {
-        keys.push(by_volume(v));
-    }
-    keys
+    object_keys(p)
+}
+
+/// A Job or pod by the claim and the volume its labels name.
+fn object_keys(o: &impl ResourceExt) -> Vec<String> {
+    let labels = o.labels();
+    let claim = label(labels, LABEL_CLAIM_UID).map(|uid| by_claim(uid));
+    claim
+        .into_iter()
+        .chain(label(labels, LABEL_VOLUME).map(|v| by_volume(v)))
+        .collect()
 }
 
 pub fn no_keys<K>(_: &K) -> Vec<String> {
@@ -180,9 +172,10 @@ const VALUE_BUDGET: usize = 256;
 /// reads the claim whole from the API server (see `reconcile`).
 pub const ANN_CUT_SHORT: &str = "flex-provisioner.io/cached-record-cut-short";
 
-/// Whether the cached claim lacks some of its labels, annotations or lists.
-pub fn is_cut_short(c: &PersistentVolumeClaim) -> bool {
-    c.annotations().contains_key(ANN_CUT_SHORT)
+/// Whether a cached claim or PV lacks what was cut from it (see `trim_claim`,
+/// `trim_volume`).
+pub fn is_cut_short(o: &impl ResourceExt) -> bool {
+    o.annotations().contains_key(ANN_CUT_SHORT)
 }
 
 /// The annotations decisions read from a claim whatever its size: Kubernetes' hand-over
@@ -370,11 +363,6 @@ pub fn trim_volume(provisioner: &str) -> impl Fn(&mut PersistentVolume) + Send +
                 ..Default::default()
             });
     }
-}
-
-/// Whether a cached PV lacks what was cut from it (see `trim_volume`).
-pub fn is_volume_cut_short(pv: &PersistentVolume) -> bool {
-    pv.annotations().contains_key(ANN_CUT_SHORT)
 }
 
 /// Whether a PV is named `pvc-<uid of the claim its claimRef names>`.
@@ -570,7 +558,7 @@ mod tests {
         let mut kept = verified.clone();
         trim_volume("me")(&mut kept);
         assert_eq!(kept, verified);
-        assert!(!is_volume_cut_short(&kept));
+        assert!(!is_cut_short(&kept));
 
         let mut forged = verified.clone();
         forged.metadata.finalizers = None;
@@ -582,7 +570,7 @@ mod tests {
             .unwrap()
             .insert("big".into(), "z".repeat(250_000));
         trim_volume("me")(&mut forged);
-        assert!(is_volume_cut_short(&forged));
+        assert!(is_cut_short(&forged));
         assert_eq!(
             without_type(&forged),
             json!({"metadata": {"name": "pvc-u", "uid": "v",
@@ -595,13 +583,13 @@ mod tests {
         seed.metadata.annotations = None;
         seed.metadata.finalizers = None;
         trim_volume("me")(&mut seed);
-        assert!(is_volume_cut_short(&seed));
+        assert!(is_cut_short(&seed));
         assert!(seed.spec.as_ref().unwrap().host_path.is_none());
         let mut other = verified.clone();
         other.metadata.annotations = None;
         other.metadata.name = Some("static-1".into());
         trim_volume("me")(&mut other);
         assert!(other.spec.as_ref().unwrap().host_path.is_none());
-        assert!(!is_volume_cut_short(&other));
+        assert!(!is_cut_short(&other));
     }
 }

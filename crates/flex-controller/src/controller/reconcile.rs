@@ -99,7 +99,7 @@ async fn gather(
     let ours = flex_core::plan::claim::is_ours(&claim, class_provisioner.as_deref(), name);
     // A claim of ours the cache keeps cut short (`caches::trim_claim`) is read whole: its
     // templates and the digest of its inputs read every label and annotation.
-    let claim = match ours && super::caches::is_cut_short(&claim) {
+    let claim = match ours && super::caches::is_cut_short(claim.as_ref()) {
         true => super::reads::claim_whole(ctx, &claim).await?,
         false => Some(claim),
     };
@@ -114,7 +114,7 @@ async fn gather(
     // A PV under the claim's volume name that is not verified yet is cached cut short
     // (caches::trim_volume): read whole for a claim of ours, whose plan verifies it.
     let pv = match ctx.caches.volume(&pv_name(&uid)) {
-        Some(pv) if ours && super::caches::is_volume_cut_short(&pv) => {
+        Some(pv) if ours && super::caches::is_cut_short(pv.as_ref()) => {
             super::reads::volume_whole(ctx, &pv).await?
         }
         cached => cached,

@@ -25,7 +25,7 @@ async fn whole_if_made_by_us(
     pv: Arc<PersistentVolume>,
     ctx: &Context,
 ) -> crate::Result<Option<Arc<PersistentVolume>>> {
-    if !super::caches::is_volume_cut_short(&pv) {
+    if !super::caches::is_cut_short(pv.as_ref()) {
         return Ok(Some(pv));
     }
     let name = pv.name_any();
