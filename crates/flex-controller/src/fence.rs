@@ -50,12 +50,9 @@ impl Fence {
     /// Leadership is lost: no write from now on.
     pub fn close(&self) {
         let mut u = crate::lock(&self.until);
+        // `admits` needs now to be before the deadline: from this instant on, never.
         if u.is_some() {
-            *u = Some(
-                Instant::now()
-                    .checked_sub(std::time::Duration::from_secs(1))
-                    .unwrap_or_else(Instant::now),
-            );
+            *u = Some(Instant::now());
         }
     }
 

@@ -132,11 +132,7 @@ async fn try_hold(
                     ..Default::default()
                 }),
             };
-            match api.create(&PostParams::default(), &lease).await {
-                Ok(_) => Ok(true),
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-                Err(e) => Err(e),
-            }
+            taken(api.create(&PostParams::default(), &lease).await)
         }
         Some(mut lease) => {
             let spec = lease.spec.get_or_insert_with(Default::default);
@@ -151,15 +147,20 @@ async fn try_hold(
             spec.renew_time = Some(now());
             spec.lease_duration_seconds = Some(seconds);
             // The resourceVersion makes this a compare-and-swap: a rival's write wins cleanly.
-            match api
-                .replace(&o.lease_name, &PostParams::default(), &lease)
-                .await
-            {
-                Ok(_) => Ok(true),
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-                Err(e) => Err(e),
-            }
+            taken(
+                api.replace(&o.lease_name, &PostParams::default(), &lease)
+                    .await,
+            )
         }
+    }
+}
+
+/// Whether the write took the Lease: a rival's write that came first (409) is no error.
+fn taken(answer: Result<Lease, kube::Error>) -> Result<bool, kube::Error> {
+    match answer {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Err(e) => Err(e),
     }
 }
 

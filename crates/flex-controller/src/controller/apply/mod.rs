@@ -200,36 +200,14 @@ impl Applier {
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     {
         let (params, patch) = (PatchParams::default(), Patch::Merge(patch));
-        let answer = match status {
-            false => api.patch(name, &params, &patch).await,
-            true => api.patch_status(name, &params, &patch).await,
-        };
-        let verb = if status {
-            "patching the status of"
-        } else {
-            "patching"
+        let (answer, verb) = match status {
+            false => (api.patch(name, &params, &patch).await, "patching"),
+            true => (
+                api.patch_status(name, &params, &patch).await,
+                "patching the status of",
+            ),
         };
         gone_is_done(answer, writing::<K>(verb, name))
-    }
-
-    /// A merge patch sent once per run of the controller (`key` names the write); `true`
-    /// when it was sent now.
-    async fn patch_once<K>(
-        &self,
-        key: &str,
-        api: &Api<K>,
-        name: &str,
-        patch: &serde_json::Value,
-    ) -> crate::Result<bool>
-    where
-        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
-    {
-        if self.written.contains(key) {
-            return Ok(false);
-        }
-        self.patch(api, name, patch).await?;
-        self.written.insert(key);
-        Ok(true)
     }
 
     /// The write that finishes a volume whose storage is gone (`pv_uid`, named `name`),
@@ -244,9 +222,12 @@ impl Applier {
         since: Option<jiff::Timestamp>,
     ) -> crate::Result<()> {
         let key = format!("finished/{pv_uid}");
-        if self.patch_once(&key, &self.volumes(), name, patch).await? {
-            self.count_deleted(class, since);
+        if self.written.contains(&key) {
+            return Ok(());
         }
+        self.patch(&self.volumes(), name, patch).await?;
+        self.written.insert(&key);
+        self.count_deleted(class, since);
         Ok(())
     }
 
