@@ -11,7 +11,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::reflector::Store;
 
 use flex_core::config::{
-    ClassConfig, ParseOptions, Problem, StorageClassInfo, Verdict, parse_config_map_with,
+    ClassConfig, ParseOptions, Problem, StorageClassInfo, Unusable, Verdict, parse_config_map_with,
     select_for_class,
 };
 
@@ -56,70 +56,39 @@ impl Configs {
     ) -> (Resolved, Option<ConfigReport>) {
         let provisioner_name = options.provisioner_name.as_str();
         let key = kube::runtime::reflector::ObjectRef::<StorageClass>::new(class_name);
+        let class = class_name.to_owned();
+        let unusable = |why: Unusable| (Resolved::Unusable(why.to_string()), None);
         let Some(sc) = classes.get(&key) else {
-            return (
-                Resolved::Unusable(format!("StorageClass {class_name} does not exist")),
-                None,
-            );
+            return unusable(Unusable::NoClass(class));
         };
         let all: Vec<std::sync::Arc<ConfigMap>> =
             config_maps.iter().flat_map(Store::state).collect();
-        let degrade = Resolved::Unusable;
-        let cm = match select_for_class(
-            class_name,
-            provisioner_name,
-            all.iter().map(|c| c.as_ref()),
-        ) {
-            Err(p) => {
-                return (
-                    degrade(format!(
-                        "configuration of class {class_name}: {}; fix: {}",
-                        p.what, p.fix
-                    )),
-                    None,
-                );
-            }
-            Ok(None) => {
-                return (
-                    degrade(format!(
-                        "no ConfigMap labelled type=provisioner-config, storage-class={class_name} in namespace(s) {}; create one to configure this class",
-                        namespaces.join(", ")
-                    )),
-                    None,
-                );
-            }
-            Ok(Some(cm)) => cm.clone(),
-        };
-        let source = format!(
+        let cm =
+            match select_for_class(class_name, provisioner_name, all.iter().map(|c| c.as_ref())) {
+                Err(problem) => return unusable(Unusable::Ambiguous { class, problem }),
+                Ok(None) => {
+                    let namespaces = namespaces.to_vec();
+                    return unusable(Unusable::NoConfigMap { class, namespaces });
+                }
+                Ok(Some(cm)) => cm.clone(),
+            };
+        let config_map = format!(
             "{}/{}",
             cm.metadata.namespace.as_deref().unwrap_or_default(),
             cm.metadata.name.as_deref().unwrap_or_default()
         );
         let (joined, problems) = match self.parse_once(class_name, &cm, &sc, options) {
             Ok(parsed) => parsed,
-            Err(reason) => {
-                return (
-                    degrade(format!("ConfigMap {source} is not used: {reason}")),
-                    None,
-                );
-            }
+            Err(reason) => return unusable(Unusable::NotUsed { config_map, reason }),
         };
         let report = self.report_once(&cm, &problems);
         match joined {
             Some(c) => (Resolved::Ready(c), report),
             None => {
-                let errors: Vec<String> = problems
-                    .iter()
-                    .filter(|p| p.is_error())
-                    .map(ToString::to_string)
-                    .collect();
-                (
-                    degrade(format!(
-                        "ConfigMap {source} is invalid: {}",
-                        errors.join("; ")
-                    )),
-                    report,
-                )
+                let errors = problems.iter().filter(|p| p.is_error());
+                let errors = errors.map(ToString::to_string).collect();
+                let why = Unusable::Invalid { config_map, errors };
+                (Resolved::Unusable(why.to_string()), report)
             }
         }
     }

@@ -11,7 +11,7 @@ use super::configs::Configs;
 use super::readiness::{Readiness, synced};
 use super::retry::{Failures, Retry, retry_for};
 use flex_core::names::Action;
-use flex_core::plan::{Notice, reasons};
+use flex_core::plan::notices;
 
 /// Whether a Job's or pod's labels name this action.
 pub fn action_is(labels: &std::collections::BTreeMap<String, String>, action: Action) -> bool {
@@ -119,27 +119,19 @@ impl Context {
                 return Action::requeue(wait);
             }
             Retry::Blocked(wait) => {
-                let message = format!(
-                    "the provisioner cannot go on: {error}; it retries in {} minutes (check the controller's RBAC in deploy/rbac.yaml and that its config namespaces exist)",
-                    wait.as_secs() / 60
-                );
-                let key = format!("blocked/{key}/{}", error.category());
-                (wait, Some((key, message)))
+                let key = format!("{key}/{}", error.category());
+                (wait, Some(notices::blocked(&key, &error.to_string(), wait)))
             }
             // A fault of the controller itself: the claim's author should hear of it too.
             Retry::Backoff(wait) => match error {
                 crate::Error::Prepare { message, .. } => {
-                    let message = format!(
-                        "the provisioner could not prepare this claim's attempt ({message}); it retries with backoff: please report this with the class's ConfigMap"
-                    );
-                    (wait, Some((format!("prepare-failed/{key}"), message)))
+                    (wait, Some(notices::not_prepared(&key, message)))
                 }
                 _ => (wait, None),
             },
         };
-        if let Some((key, message)) = notice {
+        if let Some(notice) = notice {
             let on = object.object_ref(&());
-            let notice = Notice::warning(key, reasons::CONTROLLER_BLOCKED, message);
             let ctx = ctx.clone();
             tokio::spawn(async move { ctx.apply.tell(&on, "", &[notice]).await });
         }

@@ -59,3 +59,56 @@ pub fn select_for_class<'a>(
         }
     }
 }
+
+/// Why a class cannot be served as its objects stand: said on each of its pending claims.
+#[derive(Debug, thiserror::Error)]
+pub enum Unusable {
+    #[error("StorageClass {0} does not exist")]
+    NoClass(String),
+    #[error("configuration of class {class}: {}; fix: {}", problem.what, problem.fix)]
+    Ambiguous { class: String, problem: Problem },
+    #[error("no ConfigMap labelled type=provisioner-config, storage-class={class} in namespace(s) {}; create one to configure this class", namespaces.join(", "))]
+    NoConfigMap {
+        class: String,
+        namespaces: Vec<String>,
+    },
+    /// `config_map` is `namespace/name`.
+    #[error("ConfigMap {config_map} is not used: {reason}")]
+    NotUsed { config_map: String, reason: String },
+    #[error("ConfigMap {config_map} is invalid: {}", errors.join("; "))]
+    Invalid {
+        config_map: String,
+        errors: Vec<String>,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unusable_class_says_what_to_do() {
+        let none = Unusable::NoConfigMap {
+            class: "gold".into(),
+            namespaces: vec!["a".into(), "b".into()],
+        };
+        assert_eq!(
+            none.to_string(),
+            "no ConfigMap labelled type=provisioner-config, storage-class=gold in namespace(s) a, b; create one to configure this class"
+        );
+        let invalid = Unusable::Invalid {
+            config_map: "a/cfg".into(),
+            errors: vec!["x".into(), "y".into()],
+        };
+        assert_eq!(invalid.to_string(), "ConfigMap a/cfg is invalid: x; y");
+        let two = Problem::error(None, "2 ConfigMaps configure class `gold`", "keep one");
+        let ambiguous = Unusable::Ambiguous {
+            class: "gold".into(),
+            problem: two,
+        };
+        assert_eq!(
+            ambiguous.to_string(),
+            "configuration of class gold: 2 ConfigMaps configure class `gold`; fix: keep one"
+        );
+    }
+}

@@ -25,7 +25,7 @@ use k8s_openapi::api::core::v1::PodTemplateSpec;
 
 pub use allowed::AllowedVolumes;
 pub use class::{ClassConfig, StorageClassInfo};
-pub use discovery::{is_config_map_for_class, select_for_class};
+pub use discovery::{Unusable, is_config_map_for_class, select_for_class};
 pub use options::{
     DEFAULT_CONFIG_NAMESPACE, DEFAULT_CONTROLLER_NAMESPACE, DEFAULT_CONTROLLER_SERVICE_ACCOUNT,
     ParseOptions,

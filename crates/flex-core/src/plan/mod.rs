@@ -131,6 +131,37 @@ impl Notice {
     }
 }
 
+/// What the controller says of its own failures on the object it was reconciling.
+pub mod notices {
+    use super::{Notice, reasons};
+
+    /// A missing permission or object stops the controller for this object (`key`) until
+    /// the retry after `wait`.
+    pub fn blocked(key: &str, error: &str, wait: std::time::Duration) -> Notice {
+        let minutes = wait.as_secs() / 60;
+        let message = format!(
+            "the provisioner cannot go on: {error}; it retries in {minutes} minutes (check the controller's RBAC in deploy/rbac.yaml and that its config namespaces exist)"
+        );
+        Notice::warning(
+            format!("blocked/{key}"),
+            reasons::CONTROLLER_BLOCKED,
+            message,
+        )
+    }
+
+    /// What an attempt is made from could not be prepared: a fault of the controller.
+    pub fn not_prepared(key: &str, why: &str) -> Notice {
+        let message = format!(
+            "the provisioner could not prepare this claim's attempt ({why}); it retries with backoff: please report this with the class's ConfigMap"
+        );
+        Notice::warning(
+            format!("prepare-failed/{key}"),
+            reasons::CONTROLLER_BLOCKED,
+            message,
+        )
+    }
+}
+
 /// Event reasons on claims; the sig-storage library's where it has one.
 pub mod reasons {
     pub const PROVISIONING: &str = "Provisioning";
