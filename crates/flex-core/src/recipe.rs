@@ -55,6 +55,17 @@ pub struct VolumeDirectory {
     pub directory: String,
 }
 
+/// A recipe the controller put on a provisioning Job (`ANN_DEPROVISION_SPEC`,
+/// `ANN_EXPAND_SPEC`).
+pub fn recipe_of(job: &Job, key: &str) -> Option<JobRecipe> {
+    serde_json::from_str(crate::names::annotation(&job.metadata, key)?).ok()
+}
+
+/// The PV a provisioning Job was to make (its `PV_TEMPLATE`).
+pub fn pv_template_of(job: &Job) -> Option<k8s_openapi::api::core::v1::PersistentVolume> {
+    serde_json::from_str(&env_of(job, "PV_TEMPLATE")?).ok()
+}
+
 /// The value of an environment variable the controller set on a Job's container.
 pub fn env_of(job: &Job, name: &str) -> Option<String> {
     job.spec

@@ -124,20 +124,10 @@ pub fn record_from_job(
     pv: &PersistentVolume,
     job: &k8s_openapi::api::batch::v1::Job,
 ) -> Option<ConfigMap> {
-    let var = |name: &str| env_of(job, name);
-    let template: PersistentVolume = serde_json::from_str(&var("PV_TEMPLATE")?).ok()?;
-    let recipe: JobRecipe = serde_json::from_str(crate::names::annotation(
-        &job.metadata,
-        ANN_DEPROVISION_SPEC,
-    )?)
-    .ok()?;
-    let parameters = var("PARAMETERS").unwrap_or_else(|| "{}".into());
-    let claim_uid = |p: &PersistentVolume| {
-        p.spec
-            .as_ref()
-            .and_then(|s| s.claim_ref.as_ref())
-            .and_then(|r| r.uid.clone())
-    };
+    let template = crate::recipe::pv_template_of(job)?;
+    let recipe = crate::recipe::recipe_of(job, ANN_DEPROVISION_SPEC)?;
+    let parameters = env_of(job, "PARAMETERS").unwrap_or_else(|| "{}".into());
+    let claim_uid = crate::volume::claim_uid;
     let after = match (
         &job.metadata.creation_timestamp,
         &pv.metadata.creation_timestamp,
@@ -162,16 +152,12 @@ pub fn record_from_attempt(
     pv: &PersistentVolume,
     job: &k8s_openapi::api::batch::v1::Job,
 ) -> Option<ConfigMap> {
-    let annotations = job.metadata.annotations.as_ref()?;
-    let recipe: JobRecipe = serde_json::from_str(annotations.get(ANN_DEPROVISION_SPEC)?).ok()?;
-    let expand: Option<JobRecipe> = annotations
-        .get(crate::names::ANN_EXPAND_SPEC)
-        .and_then(|e| serde_json::from_str(e).ok());
+    let recipe = crate::recipe::recipe_of(job, ANN_DEPROVISION_SPEC)?;
+    let expand = crate::recipe::recipe_of(job, crate::names::ANN_EXPAND_SPEC);
     let parameters = env_of(job, "PARAMETERS")?;
     build_record(pv, &recipe, expand.as_ref(), &parameters).map(|r| with_job_owner(r, job))
 }
 
-/// Reads a record back, provided it is ours (our label, written for this PV's name and uid).
 /// The claim (namespace, name) a record says its volume was verified for.
 pub fn record_claim(cm: &ConfigMap) -> Option<(String, String)> {
     let text = cm.data.as_ref()?.get(KEY_CLAIM)?;
@@ -207,6 +193,7 @@ impl RecordError {
     }
 }
 
+/// Reads a record back, provided it is ours (our label, written for this PV's name and uid).
 pub fn read_record(cm: &ConfigMap, pv: &PersistentVolume) -> Result<Record, RecordError> {
     let labelled = cm
         .metadata

@@ -106,12 +106,7 @@ pub fn clone_problem(
             "the source claim's volume {volume_name} is not seen yet"
         ));
     };
-    let bound_back = pv
-        .spec
-        .as_ref()
-        .and_then(|s| s.claim_ref.as_ref())
-        .and_then(|r| r.uid.as_deref())
-        == source.metadata.uid.as_deref();
+    let bound_back = crate::volume::claim_uid(pv) == source.metadata.uid.as_deref();
     if !bound_back {
         return Some(format!(
             "the source claim's volume {volume_name} is not bound back to it"

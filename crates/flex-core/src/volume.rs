@@ -18,6 +18,11 @@ use crate::names::{
     MANAGED_BY_VALUE, pv_name,
 };
 
+/// The uid of the claim a PV's claimRef names.
+pub fn claim_uid(pv: &PersistentVolume) -> Option<&str> {
+    pv.spec.as_ref()?.claim_ref.as_ref()?.uid.as_deref()
+}
+
 /// The complete PV but for its volume source (docs/image-contract.md, "The PV"). It carries no records: what a
 /// deprovision Job runs is kept in a record the controller writes (see `record`), never on
 /// the PV, which anyone with PV update could rewrite. Our finalizer is on it only when the

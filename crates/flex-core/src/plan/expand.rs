@@ -169,12 +169,7 @@ fn growth<'a>(i: &ExpandInputs<'a>) -> Option<Growth<'a>> {
     let ours = crate::volume::provisioned_by(pv, i.provisioner_name);
     let bound_to_it = status.phase.as_deref() == Some("Bound")
         && spec.volume_name.as_deref() == Some(pv_name.as_str())
-        && pv
-            .spec
-            .as_ref()
-            .and_then(|s| s.claim_ref.as_ref())
-            .and_then(|r| r.uid.as_deref())
-            == claim.metadata.uid.as_deref();
+        && crate::volume::claim_uid(pv) == claim.metadata.uid.as_deref();
     if !ours || !bound_to_it || claim.metadata.deletion_timestamp.is_some() || !i.class_allows {
         return None;
     }

@@ -13,7 +13,7 @@ use crate::config::sources::volume_sources;
 use crate::config::{AllowedVolumes, PvCreator};
 use crate::job::{JobOutcome, outcome, report_of};
 use crate::names::{ANN_ALLOWED_VOLUMES, ANN_PV_CREATED, ANN_VOLUME_SOURCES};
-use crate::recipe::env_of;
+use crate::recipe::{env_of, pv_template_of};
 use crate::volume::pv_with_source;
 
 use super::{Ask, Decision};
@@ -74,16 +74,12 @@ pub fn is_candidate(job: &Job) -> bool {
         // Success is in the Job's conditions; pods only add failure messages.
         && outcome(job, &[]) == JobOutcome::Succeeded
         && env_of(job, "PV_CREATOR").as_deref() == Some(PvCreator::Controller.as_str())
-        && template(job).is_some_and(|t| {
+        && pv_template_of(job).is_some_and(|t| {
             t.spec
                 .and_then(|s| s.persistent_volume_reclaim_policy)
                 .as_deref()
                 == Some("Delete")
         })
-}
-
-fn template(job: &Job) -> Option<PersistentVolume> {
-    serde_json::from_str(&env_of(job, "PV_TEMPLATE")?).ok()
 }
 
 /// The decision for a Job: a candidate (see `is_candidate`) is decided only from what the
@@ -98,7 +94,7 @@ pub fn plan_orphan(job: &Job, pods: &[&Pod], read: &OrphanRead) -> Decision<Orph
     if !traces.claim_leaving || traces.pv_exists || traces.deprovisioned || traces.recorded {
         return Ok(OrphanStep::Nothing);
     }
-    let Some(template) = template(job) else {
+    let Some(template) = pv_template_of(job) else {
         return Ok(OrphanStep::Nothing);
     };
     let Some(report) = report_of(job, pods) else {

@@ -341,11 +341,7 @@ fn handed_over_notice(pv: &PersistentVolume, named_by_claim: bool) -> Notice {
 
 /// Whether the cache shows the claim the PV's claimRef names, with its uid.
 fn cache_shows_claim(i: &VolumeInputs<'_>) -> bool {
-    let ref_uid =
-        i.pv.spec
-            .as_ref()
-            .and_then(|s| s.claim_ref.as_ref())
-            .and_then(|r| r.uid.as_deref());
+    let ref_uid = crate::volume::claim_uid(i.pv);
     ref_uid.is_some() && i.claim.and_then(|c| c.metadata.uid.as_deref()) == ref_uid
 }
 
