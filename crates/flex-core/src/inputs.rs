@@ -26,8 +26,6 @@ pub fn inputs_hash(config: &ClassConfig, claim: &ClaimRequest) -> String {
         .collect();
     let p = &config.provisioner;
     let c = &config.class;
-    let parameters: std::collections::BTreeMap<&String, &String> =
-        p.parameters.iter().map(|(k, v)| (k, &v.template)).collect();
     let mut canonical = serde_json::json!({
         "form": INPUTS_FORM,
         "config": {
@@ -35,7 +33,7 @@ pub fn inputs_hash(config: &ClassConfig, claim: &ClaimRequest) -> String {
             "command": p.command, "args": p.args, "timeoutSeconds": p.timeout.as_secs(),
             "retries": p.retries, "maxAttempts": p.max_attempts,
             "permanentExitCodes": p.permanent_exit_codes, "nodeLocal": p.node_local,
-            "podTemplate": p.pod_template, "parameters": parameters,
+            "podTemplate": p.pod_template, "parameters": p.parameters,
             "pvCreator": p.pv_creator, "volumeSources": p.volume_sources,
         },
         "class": {

@@ -101,7 +101,7 @@ pub fn render_for_claim(
     let p = &config.provisioner;
     let mut parameters = BTreeMap::new();
     for (key, param) in &p.parameters {
-        parameters.insert(key.clone(), one(key, &param.template)?);
+        parameters.insert(key.clone(), one(key, param)?);
     }
     let volume_directory = p
         .volume_layout

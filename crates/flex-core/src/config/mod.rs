@@ -48,13 +48,6 @@ pub const MAX_PARAMETERS: usize = 256;
 /// ConfigMap (about 20 us per expression), so this keeps `check` well under a second.
 pub const MAX_TEMPLATE_BYTES: usize = 64 * 1024;
 
-/// One admin parameter: its template and the env var it is handed in.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Parameter {
-    pub template: String,
-    pub env: String,
-}
-
 /// What one ConfigMap configures, validated, before it is joined with its StorageClass.
 /// Its `Default` is no configuration at all; `parse` starts from the documented defaults.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -96,7 +89,8 @@ pub struct ProvisionerConfig {
     pub data_sources: BTreeSet<String>,
     /// `volume-base` and `volume-directory`: each Job mounts only its volume's directory.
     pub volume_layout: Option<VolumeLayout>,
-    pub parameters: BTreeMap<String, Parameter>,
+    /// Each admin parameter's template, by key (handed to the pod as `parameter_env_name`).
+    pub parameters: BTreeMap<String, String>,
     /// Keys whose templates read `node.*`, which only WaitForFirstConsumer classes have.
     pub node_users: Vec<String>,
 }

@@ -14,7 +14,7 @@ use super::unsanitised::{OptOut, base_key};
 use super::volume_layout::{self, VOLUME_BASE_KEY, VOLUME_DIRECTORY_KEY};
 use super::{
     DEFAULT_PERMANENT_EXIT_CODE, DEFAULT_RETRIES, DEFAULT_TIMEOUT, MAX_PARAMETERS, MAX_RETRIES,
-    MAX_TEMPLATE_BYTES, Parameter, ProvisionerConfig, pod_template, values,
+    MAX_TEMPLATE_BYTES, ProvisionerConfig, pod_template, values,
 };
 use crate::names::{
     BUILTIN_ENV, CONFIG_TYPE_VALUE, LABEL_CONFIG_CLASS, LABEL_CONFIG_TYPE, is_dns_subdomain,
@@ -459,7 +459,7 @@ impl Parser {
         key: &str,
         raw: &str,
         envs: &mut BTreeMap<String, String>,
-    ) -> Option<Parameter> {
+    ) -> Option<String> {
         if let Some(why) = looks_like_secret(key, raw) {
             let fix = if key == "service-token" {
                 "delete it and set `service-account-name`: the Job's pod gets that account's credentials from Kubernetes"
@@ -510,10 +510,7 @@ impl Parser {
             );
             return None;
         }
-        Some(Parameter {
-            template: raw.to_owned(),
-            env,
-        })
+        Some(raw.to_owned())
     }
 }
 

@@ -649,7 +649,7 @@ fn the_original_proposal_is_accepted_but_for_its_service_token() {
     assert_eq!(c.image, "custom/iscsi-provision");
     assert_eq!(c.service_account.as_deref(), Some("foo"));
     assert_eq!(c.parameters["use-nfs-server"].env, "USE_NFS_SERVER");
-    assert_eq!(c.parameters["zone"].template, "west");
+    assert_eq!(c.parameters["zone"], "west");
 }
 
 /// Issue #11: a Job never runs as the controller's own service account, and a pod-template
