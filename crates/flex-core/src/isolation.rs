@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{PodTemplateSpec, Volume, VolumeMount};
 
 use crate::config::allowed::ExactVolume;
 use crate::names::{Action, CONTAINER_NAME};
-use crate::recipe::{JobRecipe, VolumeDirectory, env_of};
+use crate::recipe::{JobRecipe, VolumeDirectory};
 
 /// The pod volume a clone's source directory comes from: the source's own base, as its
 /// record describes it (it may be another class's).
@@ -68,25 +68,6 @@ pub fn exact_volume(template: &PodTemplateSpec, dir: &VolumeDirectory) -> Option
         server: n.server.clone(),
         path: joined(&n.path, &dir.directory),
     })
-}
-
-/// What the report of `job` (a provisioning Job of a claim of `config`'s class) may name:
-/// exactly the directory the Job was made for, with `volume-base`; the class's
-/// declarations otherwise (and for a Job made before the class had one).
-pub fn allowed_for(
-    config: &crate::config::ClassConfig,
-    job: Option<&k8s_openapi::api::batch::v1::Job>,
-) -> crate::config::AllowedVolumes {
-    let p = &config.provisioner;
-    let exact = p.volume_layout.as_ref().and_then(|layout| {
-        let directory = env_of(job?, "VOLUME_DIRECTORY")?;
-        let dir = VolumeDirectory {
-            base: layout.base.clone(),
-            directory,
-        };
-        exact_volume(p.pod_template.as_ref()?, &dir)
-    });
-    p.allowed_volumes.clone().with_exact(exact)
 }
 
 /// A clone's source mount, from the recipe recorded with the source volume (`None`: the

@@ -649,7 +649,16 @@ impl<'i, 'a> Judging<'i, 'a> {
         let report = latest
             .filter(|_| by_controller)
             .and_then(|j| report_of(j, &i.pods));
-        let allowed = latest.map(|_| crate::isolation::allowed_for(config, latest));
+        // What the latest attempt's report may name: exactly the directory its Job was made
+        // for, with `volume-base`; the class's declarations otherwise.
+        let allowed = latest.map(|j| {
+            let volume_directory = crate::recipe::env_of(j, "VOLUME_DIRECTORY");
+            let made_for = Rendered {
+                volume_directory,
+                ..Rendered::default()
+            };
+            made_for.allowed_volumes(config)
+        });
         let latest_outcome = latest.map(|j| {
             let pods = pods_of(j, &i.pods);
             notices.extend(pod_notices(attempt_of(j), &pods));
