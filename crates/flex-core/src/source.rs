@@ -117,13 +117,7 @@ pub fn clone_problem(
             "the source claim {at} is bound to {volume_name}, which this provisioner did not make; only its own volumes can be cloned"
         ));
     }
-    let verified = pv
-        .metadata
-        .finalizers
-        .iter()
-        .flatten()
-        .any(|f| f == crate::names::FINALIZER_DEPROVISION);
-    if !verified {
+    if !crate::volume::verified(pv) {
         return Some(format!(
             "the source claim's volume {volume_name} is not verified by this provisioner (it has no finalizer {}); only verified volumes are cloned",
             crate::names::FINALIZER_DEPROVISION

@@ -18,6 +18,15 @@ use crate::names::{
     MANAGED_BY_VALUE, pv_name,
 };
 
+/// Whether a PV carries our finalizer: the controller verified it and holds its storage
+/// until a deprovision Job removed it.
+pub fn verified(pv: &PersistentVolume) -> bool {
+    let finalizers = pv.metadata.finalizers.iter().flatten();
+    finalizers
+        .into_iter()
+        .any(|f| f == crate::names::FINALIZER_DEPROVISION)
+}
+
 /// The uid of the claim a PV's claimRef names.
 pub fn claim_uid(pv: &PersistentVolume) -> Option<&str> {
     pv.spec.as_ref()?.claim_ref.as_ref()?.uid.as_deref()

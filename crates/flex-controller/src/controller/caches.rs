@@ -318,11 +318,7 @@ pub fn trim_volume(provisioner: &str) -> impl Fn(&mut PersistentVolume) + Send +
     move |pv| {
         trim_meta(pv);
         let named_ours = pv.annotations().get(ANN_PROVISIONED_BY) == Some(&provisioner);
-        let verified = pv
-            .finalizers()
-            .iter()
-            .any(|f| f == flex_core::names::FINALIZER_DEPROVISION);
-        if named_ours && verified {
+        if named_ours && flex_core::volume::verified(pv) {
             return;
         }
         let maybe_ours = named_ours

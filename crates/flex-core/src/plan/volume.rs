@@ -16,6 +16,7 @@ use super::{Ask, Decision, Notice, NoticeKind, reasons};
 use crate::job::{Failure, JobOutcome, attempt_of, deprovision_job, outcome, pods_of};
 use crate::names::{ANN_VOLUME_UID, FINALIZER_DEPROVISION};
 use crate::record::read_record;
+use crate::volume::verified;
 
 /// Set on a PV once its storage is gone (with our finalizer removed in the same write), for
 /// people to read. The controller never reads it (anyone who may update PVs can write it):
@@ -126,14 +127,6 @@ pub struct VolumePlan {
     pub state: VolumeState,
     pub step: VolumeStep,
     pub notices: Vec<Notice>,
-}
-
-fn has_finalizer(pv: &PersistentVolume) -> bool {
-    pv.metadata
-        .finalizers
-        .iter()
-        .flatten()
-        .any(|f| f == FINALIZER_DEPROVISION)
 }
 
 /// Our finalizer removed (and `annotations` added) under the PV's resourceVersion.
@@ -255,15 +248,16 @@ pub fn plan_volume(i: &VolumeInputs<'_>) -> Decision<VolumePlan> {
             step: VolumeStep::Ignore,
             notices: vec![handed_over_notice(pv, i.named_by_claim)],
         }),
-        VolumeState::Deprovisioned if has_finalizer(pv) => done(VolumeStep::Finish(
-            finalizer_patch(pv, json!({ ANN_DEPROVISIONED: "true" })),
-        )),
+        VolumeState::Deprovisioned if verified(pv) => done(VolumeStep::Finish(finalizer_patch(
+            pv,
+            json!({ ANN_DEPROVISIONED: "true" }),
+        ))),
         VolumeState::Deprovisioned if !deleting => done(VolumeStep::Delete {
             uid: pv.metadata.uid.clone().unwrap_or_default(),
             resource_version: None,
         }),
         VolumeState::Deprovisioned => done(VolumeStep::Ignore),
-        VolumeState::DeletedRetain if has_finalizer(pv) => done(VolumeStep::KeepStorage {
+        VolumeState::DeletedRetain if verified(pv) => done(VolumeStep::KeepStorage {
             patch: finalizer_patch(pv, json!({})),
             mark_jobs: i
                 .provision_jobs
@@ -280,7 +274,7 @@ pub fn plan_volume(i: &VolumeInputs<'_>) -> Decision<VolumePlan> {
         VolumeState::DeletedRetain => done(VolumeStep::Ignore),
         // Someone removed our finalizer: the object is going; running a Job now would race
         // with nothing left to record its outcome on.
-        VolumeState::DeletedDelete if !has_finalizer(pv) => done(VolumeStep::Ignore),
+        VolumeState::DeletedDelete if !verified(pv) => done(VolumeStep::Ignore),
         // Released by Kubernetes and no deprovision of it begun: the PV is deleted first,
         // under the version that showed it released (our finalizer keeps it while its
         // storage is destroyed, and Kubernetes never binds a PV being deleted). That write is
@@ -293,7 +287,7 @@ pub fn plan_volume(i: &VolumeInputs<'_>) -> Decision<VolumePlan> {
         }
         // Only with our finalizer: without it (an image-mode PV not verified yet) the delete
         // would remove the PV at once, and with it what says there is storage to clean.
-        VolumeState::Released if has_finalizer(pv) && !i.jobs.iter().any(|j| of_this_pv(j, pv)) => {
+        VolumeState::Released if verified(pv) && !i.jobs.iter().any(|j| of_this_pv(j, pv)) => {
             done(VolumeStep::Delete {
                 uid: pv.metadata.uid.clone().unwrap_or_default(),
                 resource_version: pv.metadata.resource_version.clone(),

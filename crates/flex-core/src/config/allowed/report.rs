@@ -67,39 +67,35 @@ fn strings<'a>(
     }
 }
 
-/// A report of a class with `volume-base` names its claim's directory and nothing else: a
-/// path below the base that is a link (planted by a buggy or compromised image) or another
-/// claim's directory would hand the claim's pods whatever it names.
-fn exactly(kind: &str, body: &Map<String, Value>, exact: &ExactVolume) -> Result<(), ReportError> {
-    let matches = match (exact, kind) {
-        (ExactVolume::Path(p), "hostPath" | "local") => text(kind, body, "path")? == p,
-        (ExactVolume::Nfs { server, path }, "nfs") => {
-            text(kind, body, "server")? == server && text(kind, body, "path")? == path
-        }
-        _ => false,
-    };
-    if matches {
-        return Ok(());
-    }
-    let shown = match kind {
-        "nfs" => format!(
-            "{}:{}",
-            as_shown(text(kind, body, "server").unwrap_or_default()),
-            as_shown(text(kind, body, "path").unwrap_or_default())
-        ),
-        _ => as_shown(text(kind, body, "path").unwrap_or_default()),
-    };
-    Err(ReportError::NotExact {
-        kind: kind.to_owned(),
-        shown,
-        expected: exact.to_string(),
-    })
-}
-
 impl ExactVolume {
-    /// Checks a `kind` volume source (a report, or a PV an image made) against this one.
+    /// Checks a `kind` volume source (a report, or a PV an image made) against this one. A
+    /// report of a class with `volume-base` names its claim's directory and nothing else: a
+    /// path below the base that is a link (planted by a buggy or compromised image) or
+    /// another claim's directory would hand the claim's pods whatever it names.
     pub fn check(&self, kind: &str, body: &Map<String, Value>) -> Result<(), ReportError> {
-        exactly(kind, body, self)
+        let matches = match (self, kind) {
+            (ExactVolume::Path(p), "hostPath" | "local") => text(kind, body, "path")? == p,
+            (ExactVolume::Nfs { server, path }, "nfs") => {
+                text(kind, body, "server")? == server && text(kind, body, "path")? == path
+            }
+            _ => false,
+        };
+        if matches {
+            return Ok(());
+        }
+        let shown = match kind {
+            "nfs" => format!(
+                "{}:{}",
+                as_shown(text(kind, body, "server").unwrap_or_default()),
+                as_shown(text(kind, body, "path").unwrap_or_default())
+            ),
+            _ => as_shown(text(kind, body, "path").unwrap_or_default()),
+        };
+        Err(ReportError::NotExact {
+            kind: kind.to_owned(),
+            shown,
+            expected: self.to_string(),
+        })
     }
 }
 
@@ -108,7 +104,7 @@ impl AllowedVolumes {
     /// are checked for secret references only.
     pub fn check_source(&self, kind: &str, body: &Map<String, Value>) -> Result<(), ReportError> {
         if let Some(exact) = &self.exact {
-            exactly(kind, body, exact)?;
+            exact.check(kind, body)?;
             return self.secrets(kind, body);
         }
         let needed = NEEDED
