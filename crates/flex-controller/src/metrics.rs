@@ -3,6 +3,7 @@
 //! never object names or messages.
 
 use flex_core::names::{ANN_STORAGE_CLASS, LABEL_ACTION, annotation, label};
+use flex_core::plan::NoticeKind;
 use k8s_openapi::api::batch::v1::Job;
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
 
@@ -100,7 +101,58 @@ impl Default for Metrics {
     }
 }
 
+/// Seconds from `since` until now; never negative (the API server's clock may run ahead).
+fn seconds_since(since: jiff::Timestamp) -> f64 {
+    let d = jiff::Timestamp::now().duration_since(since);
+    d.as_secs_f64().max(0.0)
+}
+
+/// Every metric moves here, through these methods.
 impl Metrics {
+    /// A notice told for the first time, counted by its kind; a success is also timed from
+    /// `created` (the claim's creation). Timed before counted, and both before the event
+    /// is published: a scrape that sees the count sees its duration too.
+    pub fn count_notice(&self, kind: NoticeKind, class: &str, created: Option<jiff::Timestamp>) {
+        let counter = match kind {
+            NoticeKind::Provisioned => {
+                if let Some(t) = created {
+                    let duration = self.provision_duration.with_label_values(&[class]);
+                    duration.observe(seconds_since(t));
+                }
+                &self.provision_total
+            }
+            NoticeKind::ProvisionFailed => &self.provision_failed_total,
+            NoticeKind::DeleteFailed => &self.delete_failed_total,
+            NoticeKind::Other => return,
+        };
+        counter.with_label_values(&[class]).inc();
+    }
+
+    /// A volume's storage is gone: timed from `since` (its first deprovision Job), when
+    /// there is one, then counted, in that order for the reason `count_notice` gives.
+    pub fn count_deleted(&self, class: &str, since: Option<jiff::Timestamp>) {
+        if let Some(t) = since {
+            let duration = self.delete_duration.with_label_values(&[class]);
+            duration.observe(seconds_since(t));
+        }
+        self.delete_total.with_label_values(&[class]).inc();
+    }
+
+    /// The errors found in a version of a class's ConfigMap.
+    pub fn count_config_errors(&self, class: &str, errors: usize) {
+        let errors = u64::try_from(errors).unwrap_or(u64::MAX);
+        self.config_errors_total
+            .with_label_values(&[class])
+            .inc_by(errors);
+    }
+
+    /// A failed reconcile, by the bounded category of its error.
+    pub fn count_reconcile_error(&self, category: &str) {
+        self.reconcile_errors_total
+            .with_label_values(&[category])
+            .inc();
+    }
+
     /// Sets the active-Jobs gauge from every Job of ours, by class and action.
     pub fn count_active_jobs(&self, jobs: &[std::sync::Arc<Job>]) {
         self.active_jobs.reset();

@@ -135,10 +135,7 @@ impl Context {
             let ctx = ctx.clone();
             tokio::spawn(async move { ctx.apply.tell(&on, "", &[notice]).await });
         }
-        ctx.metrics
-            .reconcile_errors_total
-            .with_label_values(&[error.category()])
-            .inc();
+        ctx.metrics.count_reconcile_error(error.category());
         tracing::warn!(category = error.category(), error = %error, retry_in = ?wait, "reconcile failed");
         Action::requeue(wait)
     }

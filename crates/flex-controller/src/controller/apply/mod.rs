@@ -227,7 +227,7 @@ impl Applier {
         }
         self.patch(&self.volumes(), name, patch).await?;
         self.written.insert(&key);
-        self.count_deleted(class, since);
+        self.metrics.count_deleted(class, since);
         Ok(())
     }
 

@@ -7,15 +7,7 @@ use kube::Resource;
 use kube::runtime::events::{Event, EventType};
 
 use super::Applier;
-use flex_core::plan::{Notice, NoticeKind};
-
-/// Seconds from `since` until now; never negative (the API server's clock may run ahead).
-fn seconds_since(since: jiff::Timestamp) -> f64 {
-    jiff::Timestamp::now()
-        .duration_since(since)
-        .as_secs_f64()
-        .max(0.0)
-}
+use flex_core::plan::Notice;
 
 /// What an event's note may hold: the API server refuses a note over 1,024 bytes (not
 /// characters: a message of multi-byte text cut at 1,000 characters was refused, and the
@@ -67,24 +59,7 @@ impl Applier {
             if !self.said.insert(&scoped) {
                 continue;
             }
-            let m = &self.metrics;
-            match n.kind {
-                NoticeKind::Provisioned => {
-                    // Timed first: a scrape on another thread that sees the count sees
-                    // its duration too.
-                    if let Some(t) = created {
-                        m.provision_duration
-                            .with_label_values(&[class])
-                            .observe(seconds_since(t));
-                    }
-                    m.provision_total.with_label_values(&[class]).inc();
-                }
-                NoticeKind::ProvisionFailed => {
-                    m.provision_failed_total.with_label_values(&[class]).inc()
-                }
-                NoticeKind::DeleteFailed => m.delete_failed_total.with_label_values(&[class]).inc(),
-                NoticeKind::Other => {}
-            }
+            self.metrics.count_notice(n.kind, class, created);
             self.publish(
                 on,
                 n.warning,
@@ -132,25 +107,11 @@ impl Applier {
     /// A ConfigMap's problems, each an event on it; its errors are counted for the class.
     pub async fn tell_config_problems(&self, class: &str, r: &super::super::configs::ConfigReport) {
         let on = r.config_map.object_ref(&());
-        let errors = r.problems.iter().filter(|p| p.is_error()).count() as u64;
-        (self.metrics.config_errors_total)
-            .with_label_values(&[class])
-            .inc_by(errors);
+        let errors = r.problems.iter().filter(|p| p.is_error()).count();
+        self.metrics.count_config_errors(class, errors);
         for p in &r.problems {
             let reason = flex_core::plan::reasons::CONFIG_INVALID;
             self.event(&on, p.is_error(), reason, &p.to_string()).await;
         }
-    }
-
-    /// A volume's storage is gone: timed from `since` (its first deprovision Job), when
-    /// there is one, then counted; in that order for the reason `tell_timed` gives.
-    pub(super) fn count_deleted(&self, class: &str, since: Option<jiff::Timestamp>) {
-        if let Some(t) = since {
-            self.metrics
-                .delete_duration
-                .with_label_values(&[class])
-                .observe(seconds_since(t));
-        }
-        self.metrics.delete_total.with_label_values(&[class]).inc();
     }
 }
