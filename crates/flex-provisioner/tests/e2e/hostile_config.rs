@@ -5,7 +5,6 @@
 use crate::common;
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
 
 use common::*;
 use flex_core::claim::ClaimRequest;
@@ -16,9 +15,8 @@ use flex_core::template::{self, MAX_OUTPUT_BYTES, MAX_TOTAL_OUTPUT_BYTES, Templa
 use flex_provisioner::offline::check_files;
 use k8s_openapi::api::core::v1::ConfigMap;
 
-/// Far above the 100 ms budget, so a loaded CI machine does not fail the test, and far
-/// below what the unbounded cases took (seconds to hours).
-const FAST: Duration = Duration::from_secs(3);
+// How soon the budget stops these templates is a benchmark, not a test: flex-core's
+// `template_budget` bench (and this crate's `check` bench for whole ConfigMaps).
 
 fn errors_of(cm: &ConfigMap) -> Vec<Problem> {
     match parse_config_map(cm, P) {
@@ -31,11 +29,8 @@ fn errors_of(cm: &ConfigMap) -> Vec<Problem> {
     }
 }
 
-/// Renders `cm` for a claim with `annotations`, timing it.
-fn render_with(
-    cm: CmBuilder,
-    annotations: &[(String, String)],
-) -> (Result<Rendered, RenderFailure>, Duration) {
+/// Renders `cm` for a claim with `annotations`.
+fn render_with(cm: CmBuilder, annotations: &[(String, String)]) -> Result<Rendered, RenderFailure> {
     let sc = storage_class("silver", "Immediate");
     let config = class_config(&cm.build(), &sc);
     let mut pvc = claim("team-a", "data");
@@ -43,9 +38,7 @@ fn render_with(
         pvc = pvc.annotation(k, v);
     }
     let claim = ClaimRequest::from_claim(&pvc.build()).unwrap();
-    let started = Instant::now();
-    let result = render_for_claim(&config, &claim, None, P);
-    (result, started.elapsed())
+    render_for_claim(&config, &claim, None, P)
 }
 
 fn limit_error(result: Result<Rendered, RenderFailure>, key: &str) -> String {
@@ -70,7 +63,7 @@ fn nested_each_over_2000_annotations_stops_at_the_output_budget() {
         "report",
         "{{#each claim.annotations}}{{#each @root.claim.annotations}}{{@key}}={{this}};{{/each}}{{/each}}",
     );
-    let (result, took) = render_with(cm, &annotations(2000));
+    let result = render_with(cm, &annotations(2000));
     let e = limit_error(result, "report");
     // The byte limit comes first on an idle machine; on a loaded one (a debug build on
     // shared CI cores) the 100 ms clock may. Either stops it, fast, naming the key.
@@ -78,7 +71,6 @@ fn nested_each_over_2000_annotations_stops_at_the_output_budget() {
         e.contains(&format!("over {MAX_OUTPUT_BYTES} bytes")) || e.contains("took over 100 ms"),
         "{e}"
     );
-    assert!(took < FAST, "took {took:?}");
 }
 
 #[test]
@@ -88,10 +80,9 @@ fn nested_each_that_writes_nothing_stops_at_the_time_budget() {
         "report",
         "{{#each claim.annotations}}{{#each @root.claim.annotations}}{{#each @root.claim.annotations}}{{#each @root.claim.annotations}}{{#if false}}x{{/if}}{{/each}}{{/each}}{{/each}}{{/each}}",
     );
-    let (result, took) = render_with(cm, &annotations(2000));
+    let result = render_with(cm, &annotations(2000));
     let e = limit_error(result, "report");
     assert!(e.contains("rendering took over 100 ms"), "{e}");
-    assert!(took < FAST, "took {took:?}");
 }
 
 #[test]
@@ -101,7 +92,7 @@ fn all_values_of_a_claim_share_one_output_budget() {
     for i in 1..=5 {
         cm = cm.set(&format!("p{i}"), "{{claim.annotations.big}}");
     }
-    let (result, _) = render_with(cm, &[("big".into(), big)]);
+    let result = render_with(cm, &[("big".into(), big)]);
     // p1..p4 fit (240 KiB), p5 would take the claim over 256 KiB.
     let e = limit_error(result, "p5");
     assert!(
@@ -118,16 +109,15 @@ fn replace_on_a_200kb_annotation_is_refused_before_allocating() {
         "mangled",
         &format!("{{{{replace claim.annotations.big \"a\" \"{to}\"}}}}"),
     );
-    let (result, took) = render_with(cm, &[("big".into(), "a".repeat(200_000))]);
+    let result = render_with(cm, &[("big".into(), "a".repeat(200_000))]);
     let e = limit_error(result, "mangled");
     assert!(e.contains("helper `replace` would make a value of"), "{e}");
-    assert!(took < FAST, "took {took:?}");
     // Also when the growth comes from nesting small replacements.
     let cm = config("silver").set(
         "mangled",
         "{{replace (replace (replace claim.annotations.small \"a\" \"aaaaaaaa\") \"a\" \"aaaaaaaa\") \"a\" \"aaaaaaaa\"}}",
     );
-    let (result, _) = render_with(cm, &[("small".into(), "a".repeat(1000))]);
+    let result = render_with(cm, &[("small".into(), "a".repeat(1000))]);
     limit_error(result, "mangled");
 }
 
@@ -151,13 +141,11 @@ fn each_nested_30_deep_with_root_is_refused_by_check() {
 }
 
 #[test]
-fn a_100000_expression_template_is_refused_by_size_fast() {
-    // `check` used to take more than 20 s on this.
+fn a_100000_expression_template_is_refused_by_size() {
+    // `check` used to take more than 20 s on this (timed in the `template_budget` bench).
     let huge = "{{claim.name}}".repeat(100_000);
     let cm = config("silver").set("export", &huge).build();
-    let started = Instant::now();
     let errors = errors_of(&cm);
-    let took = started.elapsed();
     assert_eq!(errors.len(), 1, "{errors:#?}");
     assert_eq!(errors[0].key.as_deref(), Some("export"));
     assert!(
@@ -167,7 +155,6 @@ fn a_100000_expression_template_is_refused_by_size_fast() {
         "{}",
         errors[0]
     );
-    assert!(took < Duration::from_secs(1), "took {took:?}");
 }
 
 #[test]
@@ -310,9 +297,7 @@ fn a_config_map_full_of_templates_or_keys_is_refused_fast() {
     for i in 0..60 {
         cm = cm.set(&format!("p{i:02}"), &costly);
     }
-    let started = Instant::now();
     let errors = errors_of(&cm.build());
-    assert!(started.elapsed() < FAST, "took {:?}", started.elapsed());
     assert_eq!(errors.len(), 1, "reported once: {errors:#?}");
     assert_eq!(
         errors[0].key.as_deref(),
