@@ -9,7 +9,6 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use serde_json::json;
 
 use super::apply::Created;
 use super::caches::{by_claim, by_class};
@@ -18,9 +17,7 @@ use super::context::Context;
 use flex_core::claim::{ClaimRequest, NodeInfo};
 use flex_core::job::{JobOutcome, outcome};
 use flex_core::names::{ANN_SELECTED_NODE, pv_name};
-use flex_core::plan::claim::{
-    ANN_ATTEMPT, ANN_GAVE_UP, ClaimInputs, ConfigState, Plan, Prepared, Step, plan_claim,
-};
+use flex_core::plan::claim::{ClaimInputs, ConfigState, Plan, Prepared, Step, plan_claim};
 use flex_core::plan::{Ask, Decision};
 
 /// One claim: gather, decide (reading from the API server what the plan asks for), tell,
@@ -296,11 +293,6 @@ async fn apply(g: &Gathered, ctx: &Context, plan: Plan) -> crate::Result<Action>
     let apply = &ctx.apply;
     let claims = apply.claims(&g.claim.namespace().unwrap_or_default());
     let name = g.claim.name_any();
-    // Written under the resourceVersion the plan was made from: a conflict re-plans.
-    let annotate = |annotations: serde_json::Value| {
-        json!({"metadata": {"annotations": annotations,
-                            "resourceVersion": g.claim.resource_version()}})
-    };
     match plan.step {
         Step::CreatePv { pv } => {
             if apply.create_pv(&pv, Some(&g.uid)).await? == Created::Existed {
@@ -309,20 +301,7 @@ async fn apply(g: &Gathered, ctx: &Context, plan: Plan) -> crate::Result<Action>
                 return Ok(Action::requeue(Duration::from_secs(1)));
             }
         }
-        Step::Reschedule { patch } => {
-            apply.patch(&claims, &name, &patch).await?;
-        }
-        // Once, and only because the failed Job expires before the next attempt.
-        Step::RecordAttempt { attempt, .. } => {
-            let patch = annotate(json!({ANN_ATTEMPT: attempt.to_string()}));
-            apply.patch(&claims, &name, &patch).await?;
-        }
-        Step::GiveUp {
-            attempt,
-            inputs_hash,
-        } => {
-            let patch =
-                annotate(json!({ANN_GAVE_UP: inputs_hash, ANN_ATTEMPT: attempt.to_string()}));
+        Step::PatchClaim { patch, .. } => {
             apply.patch(&claims, &name, &patch).await?;
         }
         Step::BoundToUnverified { pv, on_pv } => apply.tell(&pv, &g.class, &on_pv).await,

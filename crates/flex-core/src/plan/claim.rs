@@ -126,16 +126,15 @@ pub enum Step {
     /// change (`None`), or after this long at the latest. Why, where users must know, is in
     /// the notices.
     Wait(Option<Duration>),
-    /// The node the claim names does not exist and no attempt has started: hand the claim
-    /// back to the scheduler by removing its selected-node annotation (this patch, under
-    /// the claim's resourceVersion), as Kubernetes' own provisioners do.
-    Reschedule { patch: Value },
-    /// Give up for good on these inputs (their digest is recorded on the claim, with the
-    /// attempt number).
-    GiveUp { attempt: u32, inputs_hash: String },
-    /// Record the failed attempt's number on the claim (its Job expires before the next
-    /// attempt is due), then wait this long before the next one.
-    RecordAttempt { attempt: u32, wait: Duration },
+    /// A merge patch of the claim's annotations, under the resourceVersion the plan was
+    /// made from (a conflict plans again from the fresh claim), then a look after
+    /// `recheck`: the selected node removed (the claim goes back to the scheduler, as with
+    /// Kubernetes' own provisioners), a failed attempt's number recorded (its Job expires
+    /// before the next attempt is due), or the inputs given up on recorded with it.
+    PatchClaim {
+        patch: Value,
+        recheck: Option<Duration>,
+    },
     /// Create the Job for this attempt (one that exists already is adopted), then tell
     /// `started` on the claim.
     CreateJob {
@@ -208,13 +207,12 @@ impl Step {
         match self {
             Step::Wait(wait) => *wait,
             // The patch changes the claim, which brings it back.
-            Step::Reschedule { .. }
-            | Step::GiveUp { .. }
-            | Step::BoundToUnverified { .. }
-            | Step::Provisioned { .. }
-            | Step::CreatePv { .. } => None,
+            Step::PatchClaim { recheck, .. } => *recheck,
+            Step::BoundToUnverified { .. } | Step::Provisioned { .. } | Step::CreatePv { .. } => {
+                None
+            }
             Step::RemoveWrongPv { .. } => Some(SOON),
-            Step::Backoff { wait, .. } | Step::RecordAttempt { wait, .. } => Some(*wait),
+            Step::Backoff { wait, .. } => Some(*wait),
             Step::Running { .. } | Step::CreateJob { .. } => Some(RUNNING_RECHECK),
         }
     }
@@ -557,15 +555,13 @@ fn node_missing(i: &ClaimInputs<'_>, node: &str) -> Decision<Plan> {
 /// Hands the claim back to the scheduler: its selected-node annotation removed, under the
 /// claim's resourceVersion, as Kubernetes' own provisioners do.
 fn reschedule(i: &ClaimInputs<'_>, node: &str, why: String) -> Decision<Plan> {
-    let patch = serde_json::json!({"metadata": {
-        "annotations": {ANN_SELECTED_NODE: null},
-        "resourceVersion": i.claim.metadata.resource_version,
-    }});
+    // The patch changes the claim, which brings it back.
+    let patch = annotated(i.claim, serde_json::json!({ANN_SELECTED_NODE: null}), None);
     let message =
         format!("{why}; the controller removes the selection so that the scheduler chooses again");
     let key = format!("reschedule/{}", short_hash(node));
     let notice = Notice::warning(key, reasons::FAILED, message).action("Reschedule");
-    plan(Step::Reschedule { patch }, vec![notice])
+    plan(patch, vec![notice])
 }
 
 /// Whether the class's pods tolerate a cordoned node (`node.kubernetes.io/unschedulable`, or
@@ -1064,10 +1060,11 @@ impl<'i, 'a> Judging<'i, 'a> {
         );
         let step = match record {
             None => BLOCKED,
-            Some(inputs_hash) => Step::GiveUp {
-                attempt,
-                inputs_hash,
-            },
+            Some(inputs_hash) => {
+                let gave_up =
+                    serde_json::json!({ANN_GAVE_UP: inputs_hash, ANN_ATTEMPT: attempt.to_string()});
+                annotated(self.i.claim, gave_up, None)
+            }
         };
         plan(step, self.notices)
     }
@@ -1122,20 +1119,12 @@ impl<'i, 'a> Judging<'i, 'a> {
             // with it.
             let held = !matches!(next.step, Step::CreateJob { .. });
             if held && unrecorded && expires_before(job, at, EXPIRY_MARGIN, i.now) {
-                let step = Step::RecordAttempt {
-                    attempt,
-                    wait: HELD_RECHECK,
-                };
-                return plan(step, next.notices);
+                return plan(record_attempt(i.claim, attempt, HELD_RECHECK), next.notices);
             }
             return Ok(next);
         }
         if unrecorded && expires_before(job, at, remaining + EXPIRY_MARGIN, i.now) {
-            let step = Step::RecordAttempt {
-                attempt,
-                wait: remaining,
-            };
-            return plan(step, self.notices);
+            return plan(record_attempt(i.claim, attempt, remaining), self.notices);
         }
         let step = Step::Backoff {
             next_attempt: attempt.saturating_add(1),
@@ -1203,6 +1192,21 @@ fn source_problem(
         Some(_) => None,
         None => wait("it has not been read"),
     }
+}
+
+/// A patch of the claim's annotations under its resourceVersion (see [`Step::PatchClaim`]).
+fn annotated(claim: &PersistentVolumeClaim, annotations: Value, recheck: Option<Duration>) -> Step {
+    let rv = &claim.metadata.resource_version;
+    let patch =
+        serde_json::json!({"metadata": {"annotations": annotations, "resourceVersion": rv}});
+    Step::PatchClaim { patch, recheck }
+}
+
+/// The failed attempt's number recorded on the claim, then a look after `wait`: once, and
+/// only because its Job expires before the next attempt.
+fn record_attempt(claim: &PersistentVolumeClaim, attempt: u32, wait: Duration) -> Step {
+    let annotations = serde_json::json!({ANN_ATTEMPT: attempt.to_string()});
+    annotated(claim, annotations, Some(wait))
 }
 
 /// Whether a finished Job is removed by its TTL within `within` from now.

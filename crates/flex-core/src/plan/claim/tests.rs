@@ -196,6 +196,29 @@ fn inputs_of<'a>(c: &'a Case<'_>) -> ClaimInputs<'a> {
     }
 }
 
+/// The claim's annotations patched under its resourceVersion, with the inputs given up on.
+fn gives_up(c: &Case<'_>, attempt: u32, hash: &str) -> Step {
+    let rv = &c.claim.metadata.resource_version;
+    let annotations = json!({ANN_GAVE_UP: hash, ANN_ATTEMPT: attempt.to_string()});
+    let patch = json!({"metadata": {"annotations": annotations, "resourceVersion": rv}});
+    Step::PatchClaim {
+        patch,
+        recheck: None,
+    }
+}
+
+/// The claim's annotations patched under its resourceVersion with a failed attempt's number,
+/// then a look after `wait`.
+fn records(c: &Case<'_>, attempt: u32, wait: Duration) -> Step {
+    let rv = &c.claim.metadata.resource_version;
+    let annotations = json!({ANN_ATTEMPT: attempt.to_string()});
+    let patch = json!({"metadata": {"annotations": annotations, "resourceVersion": rv}});
+    Step::PatchClaim {
+        patch,
+        recheck: Some(wait),
+    }
+}
+
 fn starts(p: &Plan) -> Option<u32> {
     match &p.step {
         Step::CreateJob { attempt, .. } => Some(*attempt),
@@ -454,7 +477,7 @@ fn a_selected_node_that_does_not_exist_goes_back_to_the_scheduler() {
         ..case(&cfg)
     };
     let p = run(&c);
-    let Step::Reschedule { patch } = &p.step else {
+    let Step::PatchClaim { patch, .. } = &p.step else {
         panic!("{:?}", p.step)
     };
     assert_eq!(
@@ -476,10 +499,13 @@ fn a_selected_node_that_does_not_exist_goes_back_to_the_scheduler() {
     // A name no node can have is never asked about: it would be the path of the read.
     c.node_absence_confirmed = false;
     c.claim = ghost("../../namespaces/kube-system/secrets/x");
-    assert!(matches!(run(&c).step, Step::Reschedule { .. }));
+    assert!(matches!(
+        run(&c).step,
+        Step::PatchClaim { recheck: None, .. }
+    ));
     c.claim = ghost(&"n".repeat(5000));
     let p = run(&c);
-    assert!(matches!(p.step, Step::Reschedule { .. }));
+    assert!(matches!(p.step, Step::PatchClaim { recheck: None, .. }));
     assert!(p.notices[0].message.len() < 400, "the name is cut short");
     // An attempt has started: its Job was made for that node; no new selection, no Job,
     // and no word before the API server was asked.
@@ -747,13 +773,7 @@ fn permanent_failures_and_max_attempts_give_up_until_inputs_change() {
         now: "2026-01-02T00:00:00Z",
         ..case(&cfg)
     };
-    assert_eq!(
-        run(&c).step,
-        Step::GiveUp {
-            attempt: 1,
-            inputs_hash: "h1".into()
-        }
-    );
+    assert_eq!(run(&c).step, gives_up(&c, 1, "h1"));
     let gave_up = claim(json!({"metadata": {"annotations": {ANN_GAVE_UP: "h1"}}}));
     let c = Case {
         claim: gave_up,
@@ -797,13 +817,7 @@ fn permanent_failures_and_max_attempts_give_up_until_inputs_change() {
         ..case(&limited)
     };
     let p = run(&c);
-    assert_eq!(
-        p.step,
-        Step::GiveUp {
-            attempt: 2,
-            inputs_hash: "h1".into()
-        }
-    );
+    assert_eq!(p.step, gives_up(&c, 2, "h1"));
     assert!(p.notices.iter().any(|n| n.message.contains("max-attempts")));
 }
 
@@ -871,13 +885,7 @@ fn a_failed_attempt_is_recorded_on_the_claim_only_when_its_job_expires_first() {
         now: "2026-01-01T00:00:01Z",
         ..case(&cfg)
     };
-    assert_eq!(
-        run(&c).step,
-        Step::RecordAttempt {
-            attempt: 3,
-            wait: Duration::from_secs(39)
-        }
-    );
+    assert_eq!(run(&c).step, records(&c, 3, Duration::from_secs(39)));
     // Already recorded: the wait goes on without another write.
     let c = Case {
         claim: claim(json!({"metadata": {"annotations": {ANN_ATTEMPT: "3"}}})),
@@ -915,10 +923,7 @@ fn a_due_attempt_held_back_records_the_failed_one_before_its_job_expires() {
         now: "2026-01-01T00:01:00Z",
         ..case(&cfg)
     };
-    assert!(matches!(
-        run(&c).step,
-        Step::RecordAttempt { attempt: 3, .. }
-    ));
+    assert_eq!(run(&c).step, records(&c, 3, HELD_RECHECK));
     // Recorded already, or the Job far from expiring: throttled, nothing written.
     let c = Case {
         claim: claim(json!({"metadata": {"annotations": {ANN_ATTEMPT: "3"}}})),
@@ -1095,18 +1100,9 @@ fn the_controller_creates_the_pv_from_a_valid_report_only() {
             "not make a valid PV",
         ),
     ] {
-        let p = run(&done(
-            vec![succeeded_pod("j1", report)],
-            "2026-01-01T00:00:05Z",
-        ));
-        assert_eq!(
-            p.step,
-            Step::GiveUp {
-                attempt: 1,
-                inputs_hash: "h1".into()
-            },
-            "{report}"
-        );
+        let c = done(vec![succeeded_pod("j1", report)], "2026-01-01T00:00:05Z");
+        let p = run(&c);
+        assert_eq!(p.step, gives_up(&c, 1, "h1"), "{report}");
         let m = &p
             .notices
             .iter()
@@ -1518,7 +1514,11 @@ fn a_cordoned_selected_node_goes_back_to_the_scheduler() {
         ..case(&local)
     };
     let p = run(&c);
-    assert!(matches!(p.step, Step::Reschedule { .. }), "{:?}", p.step);
+    assert!(
+        matches!(p.step, Step::PatchClaim { recheck: None, .. }),
+        "{:?}",
+        p.step
+    );
     assert!(
         p.notices
             .iter()
