@@ -255,8 +255,7 @@ fn bookkeeping_patch(
     let annotations = missing(&template.metadata.annotations, &have_ann);
     let labels = missing(&template.metadata.labels, &have_labels);
     let mut finalizers = pv.metadata.finalizers.clone().unwrap_or_default();
-    let add_finalizer = !finalizers.iter().any(|f| f == FINALIZER_DEPROVISION)
-        && pv.metadata.deletion_timestamp.is_none();
+    let add_finalizer = !verified(pv) && pv.metadata.deletion_timestamp.is_none();
     if annotations.is_empty() && labels.is_empty() && !add_finalizer {
         return None;
     }
@@ -280,7 +279,6 @@ fn bookkeeping_patch(
     Some(serde_json::json!({ "metadata": meta }))
 }
 
-/// The PV's `capacity.storage` as written, or empty when it has none.
 /// Whether `stored` says everything `sent` said: the same scalars and lists, and for
 /// objects every field `sent` had. The API server adds defaults to what it stores (a
 /// hostPath source gets `type: ""`), so a PV made from a report holds more than the report.
@@ -293,6 +291,7 @@ fn holds(stored: &serde_json::Value, sent: &serde_json::Value) -> bool {
     }
 }
 
+/// The PV's `capacity.storage` as written, or empty when it has none.
 pub fn storage_capacity(spec: &k8s_openapi::api::core::v1::PersistentVolumeSpec) -> String {
     spec.capacity
         .as_ref()

@@ -810,18 +810,11 @@ impl<'i, 'a> Judging<'i, 'a> {
         };
         // A bound claim may have grown since: its capacity is expansion's business, not a
         // sign of a wrong volume.
-        let judged = match self.stage {
-            Stage::Pending => verify(pv, &self.request, &self.template, expected),
-            _ => verify(
-                pv,
-                &ClaimRequest {
-                    bytes: kube_rules::quantity::Bytes(0),
-                    ..self.request.clone()
-                },
-                &self.template,
-                expected,
-            ),
-        };
+        let mut request = self.request.clone();
+        if self.stage != Stage::Pending {
+            request.bytes = kube_rules::quantity::Bytes(0);
+        }
+        let judged = verify(pv, &request, &self.template, expected);
         let pv_uid = pv.metadata.uid.clone().unwrap_or_default();
         let volume = pv_name(&self.request.uid);
         let attempt = self.attempt;
