@@ -10,10 +10,8 @@
 //! holding its own ServiceAccount's token. Either way the controller runs as its own process
 //! (the release binary), as deploy/'s Deployment runs it.
 
-#[path = "../tests/e2e/common/mod.rs"]
-mod common;
-#[path = "support/controller_process.rs"]
-mod process;
+use flex_testing as common;
+use flex_testing::controller_process as process;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -1,4 +1,4 @@
-//! How much hostile claims slow everyone else's: each scenario of `tests/e2e/common/hostile.rs`
+//! How much hostile claims slow everyone else's: each scenario of `crates/flex-testing/src/hostile.rs`
 //! (twenty claims held mid-Job by their authors' finalizers; an attempt of four billion on
 //! failing claims, with a standby waiting) times a burst of healthy claims alone and beside
 //! the hostile claims, `RUNS` times (default 3), and prints both.
@@ -13,8 +13,7 @@
 //! `cargo bench --bench availability` runs on the sandbox; with `FLEX_E2E_K8S=../shared/k8s`
 //! on a real control plane.
 
-#[path = "../tests/e2e/common/mod.rs"]
-mod common;
+use flex_testing as common;
 
 use std::time::Duration;
 

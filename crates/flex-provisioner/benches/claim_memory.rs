@@ -13,8 +13,7 @@
 //! `cargo bench --bench claim_memory`. The controller runs as its own process (the release
 //! binary), so its memory is its own.
 
-#[path = "support/controller_process.rs"]
-mod process;
+use flex_testing::controller_process as process;
 
 use std::time::{Duration, Instant};
 

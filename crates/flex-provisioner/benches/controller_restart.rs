@@ -10,10 +10,8 @@
 
 use process::{cpu_seconds, http_ok, memory_mib, settle};
 
-#[path = "../tests/e2e/common/populate.rs"]
-mod populate;
-#[path = "support/controller_process.rs"]
-mod process;
+use flex_testing::populate;
+use flex_testing::controller_process as process;
 
 use std::time::{Duration, Instant};
 

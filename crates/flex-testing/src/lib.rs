@@ -1,5 +1,8 @@
-//! Fixture builders and API-validity assertions shared by the integration tests.
-#![allow(dead_code)]
+//! What flex-provisioner's end-to-end tests and benchmarks share: fixture builders and
+//! API-validity assertions (here), a cluster to run on (`cluster`), the controller beside a
+//! sandbox (`provisioning`), as its own process (`controller_process`), and the scenarios
+//! the tests and the benchmarks both run (`hostile`, `burst_timing`, `populate`).
+#![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
 
@@ -269,11 +272,20 @@ pub fn assert_pv_valid(pv: &PersistentVolume) {
 
 pub mod burst_timing;
 pub mod cluster;
+pub mod controller_process;
 pub mod hostile;
 pub mod populate;
 pub mod provisioning;
 // The sandbox crate's own test helpers (starting a sandbox, waiting for conditions).
 pub use kube_sandbox::testing as sandbox;
+
+/// The `flex-provisioner` binary cargo built beside the running test or benchmark
+/// (`target/<profile>/deps/<test>` runs; the binary is `target/<profile>/flex-provisioner`).
+pub fn binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the running test's path");
+    let profile_dir = exe.parent().and_then(|deps| deps.parent());
+    profile_dir.expect("target/<profile>").join("flex-provisioner")
+}
 
 /// The repository root: examples, images, deploy/ and testdata/ are found from here.
 pub fn root() -> std::path::PathBuf {

@@ -2,7 +2,6 @@
 //! plane when `FLEX_E2E_K8S` names a directory holding its `start` and `stop` scripts and
 //! `fake-kubelet.py` (CI points it at a Kubernetes 1.36 control plane with simulated nodes).
 //! The test code is the same on both: it sees a `Cluster`.
-#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,6 +1,5 @@
 //! The controller as its own process (the release binary) for the benchmarks, and what is
 //! read of it from /proc: its CPU time and memory are its own, not the sandbox's.
-#![allow(dead_code)]
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -9,7 +8,7 @@ use std::time::{Duration, Instant};
 /// serving /readyz and /metrics on `addr`. `CONTROLLER_WRAPPER=heaptrack` (say) runs it
 /// under that profiler.
 pub fn start(kubeconfig: &std::path::Path, config_ns: &str, addr: std::net::SocketAddr) -> Child {
-    let binary = env!("CARGO_BIN_EXE_flex-provisioner");
+    let binary = crate::binary();
     let mut command = match std::env::var("CONTROLLER_WRAPPER") {
         Ok(wrapper) => {
             let mut c = Command::new(wrapper);

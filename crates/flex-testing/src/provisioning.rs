@@ -1,5 +1,4 @@
 //! A sandbox with provisioner images and the controller running, for end-to-end tests.
-#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -164,10 +163,7 @@ fn write_images() -> PathBuf {
 
 /// The directory holding the `flex-provisioner` binary, so pods can call `volume create`.
 fn binary_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_flex-provisioner"))
-        .parent()
-        .unwrap()
-        .to_owned()
+    crate::binary().parent().unwrap().to_owned()
 }
 
 pub async fn sandbox() -> Cluster {
