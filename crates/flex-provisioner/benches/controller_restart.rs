@@ -10,8 +10,8 @@
 
 use process::{cpu_seconds, http_ok, memory_mib, settle};
 
-use flex_testing::populate;
 use flex_testing::controller_process as process;
+use flex_testing::populate;
 
 use std::time::{Duration, Instant};
 

@@ -284,7 +284,9 @@ pub use kube_sandbox::testing as sandbox;
 pub fn binary() -> std::path::PathBuf {
     let exe = std::env::current_exe().expect("the running test's path");
     let profile_dir = exe.parent().and_then(|deps| deps.parent());
-    profile_dir.expect("target/<profile>").join("flex-provisioner")
+    profile_dir
+        .expect("target/<profile>")
+        .join("flex-provisioner")
 }
 
 /// The repository root: examples, images, deploy/ and testdata/ are found from here.

@@ -19,6 +19,13 @@ pub(super) trait Pipeline: Sync {
     ) -> impl Future<Output = crate::Result<bool>> + Send;
 }
 
+/// What a reconciler decides from: what it gathered from the caches, and the context to
+/// read the rest with.
+pub(super) struct Deciding<'a, G> {
+    pub g: &'a G,
+    pub ctx: &'a super::context::Context,
+}
+
 /// Plans from `read`; while the planner asks, the pipeline reads what it asks for and the
 /// planner is asked again. Each ask is answered at most once: an ask answered before, or
 /// one that cannot be met, ends the loop with that ask, and the object waits for its next

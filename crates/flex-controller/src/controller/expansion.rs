@@ -11,6 +11,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
 use super::context::{Context, action_is};
+use super::drive::Deciding;
 use flex_core::names;
 use flex_core::plan::expand::{ExpandInputs, ExpandPlan, ExpandStep, plan_expand};
 use flex_core::plan::{Ask, Decision};
@@ -36,7 +37,7 @@ pub async fn reconcile(
     let Some(g) = cached.full().and_then(|claim| gather(claim, &ctx)) else {
         return Ok(Action::await_change());
     };
-    let pipeline = Growth { g: &g, ctx: &ctx };
+    let pipeline = Deciding { g: &g, ctx: &ctx };
     let Ok(plan) = super::drive::decide(&pipeline, &mut None).await? else {
         return Ok(Action::await_change());
     };
@@ -45,13 +46,7 @@ pub async fn reconcile(
     apply(&g, &ctx, plan.step).await
 }
 
-/// A claim's expansion decision.
-struct Growth<'a> {
-    g: &'a Gathered,
-    ctx: &'a Context,
-}
-
-impl super::drive::Pipeline for Growth<'_> {
+impl super::drive::Pipeline for Deciding<'_, Gathered> {
     type Read = Read;
     type Plan = ExpandPlan;
 

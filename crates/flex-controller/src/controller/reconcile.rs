@@ -14,6 +14,7 @@ use super::apply::Created;
 use super::caches::{by_claim, by_class};
 use super::configs::Resolved;
 use super::context::Context;
+use super::drive::Deciding;
 use flex_core::claim::{ClaimRequest, NodeInfo};
 use flex_core::job::{JobOutcome, outcome};
 use flex_core::names::{ANN_SELECTED_NODE, pv_name};
@@ -35,7 +36,7 @@ pub async fn reconcile(
         Err(wait) => return Ok(wait),
     };
     let mut read = Read::default();
-    let pipeline = Claim { g: &g, ctx: &ctx };
+    let pipeline = Deciding { g: &g, ctx: &ctx };
     let Ok(plan) = super::drive::decide(&pipeline, &mut read).await? else {
         return Ok(Action::await_change());
     };
@@ -153,13 +154,7 @@ fn no_pods(job: &Job) -> bool {
     (job.status.as_ref()).is_none_or(|s| s.active.unwrap_or(0) == 0 && s.failed.unwrap_or(0) == 0)
 }
 
-/// A claim's provisioning decision.
-struct Claim<'a> {
-    g: &'a Gathered,
-    ctx: &'a Context,
-}
-
-impl super::drive::Pipeline for Claim<'_> {
+impl super::drive::Pipeline for Deciding<'_, Gathered> {
     type Read = Read;
     type Plan = Plan;
 

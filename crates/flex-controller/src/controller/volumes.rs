@@ -12,6 +12,7 @@ use kube::{Resource, ResourceExt};
 
 use super::caches::{by_claim, by_source, by_volume};
 use super::context::{Context, action_is};
+use super::drive::Deciding;
 use flex_core::job::{JobOutcome, outcome};
 use flex_core::names;
 use flex_core::plan::volume::{VolumeInputs, VolumePlan, VolumeStep, plan_volume};
@@ -66,7 +67,7 @@ pub async fn reconcile_volume(
     {
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
-    let pipeline = Volume { g: &g, ctx: &ctx };
+    let pipeline = Deciding { g: &g, ctx: &ctx };
     let Ok(plan) = super::drive::decide(&pipeline, &mut Read::default()).await? else {
         // The volume is gone, or another has its name now.
         return Ok(Action::await_change());
@@ -183,13 +184,7 @@ struct Read {
     record_read: bool,
 }
 
-/// A volume's decision.
-struct Volume<'a> {
-    g: &'a Gathered,
-    ctx: &'a Context,
-}
-
-impl super::drive::Pipeline for Volume<'_> {
+impl super::drive::Pipeline for Deciding<'_, Gathered> {
     type Read = Read;
     type Plan = VolumePlan;
 
