@@ -18,6 +18,7 @@ pub struct Metrics {
     pub active_jobs: IntGaugeVec,
     pub config_errors_total: IntCounterVec,
     pub reconcile_errors_total: IntCounterVec,
+    pub reconciles_total: IntCounterVec,
 }
 
 fn registered<T: prometheus::core::Collector + Clone + 'static>(registry: &Registry, m: T) -> T {
@@ -95,6 +96,12 @@ impl Default for Metrics {
                 "Reconcile errors by category",
                 &["category"],
             ),
+            reconciles_total: counter(
+                &registry,
+                "flex_provisioner_reconciles_total",
+                "Reconciles finished (or failed), by object: claim or volume",
+                &["object"],
+            ),
             active_jobs,
             registry,
         }
@@ -151,6 +158,10 @@ impl Metrics {
         self.reconcile_errors_total
             .with_label_values(&[category])
             .inc();
+    }
+
+    pub fn count_reconcile(&self, object: &str) {
+        self.reconciles_total.with_label_values(&[object]).inc();
     }
 
     /// Sets the active-Jobs gauge from every Job of ours, by class and action.

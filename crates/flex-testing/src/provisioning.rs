@@ -457,6 +457,27 @@ pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> Option<String> 
     Some(out)
 }
 
+/// How many reconciles of `object` (`claim` or `volume`) the controller serving on `addr`
+/// has finished, from its `/metrics`.
+pub async fn reconciles(addr: std::net::SocketAddr, object: &str) -> u64 {
+    let metrics = http_get(addr, "/metrics").await.unwrap_or_default();
+    let series = format!("flex_provisioner_reconciles_total{{object=\"{object}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&series)?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits until the controller serving on `addr` has finished more than `past` reconciles
+/// of `object`: the sign that it looked, before a check that something did not happen.
+pub async fn reconciled_past(addr: std::net::SocketAddr, object: &str, past: u64) {
+    let what = format!("more than {past} reconciles of a {object}");
+    eventually(60, &what, || async {
+        (reconciles(addr, object).await > past).then_some(())
+    })
+    .await;
+}
+
 /// Waits until `/readyz` on `addr` answers 200.
 pub async fn ready(addr: std::net::SocketAddr, secs: u64) {
     eventually(secs, "/readyz to answer 200", || async {

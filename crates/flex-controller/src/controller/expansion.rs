@@ -3,11 +3,11 @@
 //! server only when a Job is due), tell, carry out the step.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
 use super::context::{Context, action_is};
@@ -29,17 +29,17 @@ struct Gathered {
 /// The record, once the plan asked for it.
 type Read = Option<Result<Record, RecordError>>;
 
+/// One claim's expansion; then when to look again (`None`: on its next change).
 pub async fn reconcile(
     cached: Arc<super::compact::Compact<PersistentVolumeClaim>>,
     ctx: Arc<Context>,
-) -> crate::Result<Action> {
-    ctx.ready().await;
+) -> crate::Result<Option<Duration>> {
     let Some(g) = cached.full().and_then(|claim| gather(claim, &ctx)) else {
-        return Ok(Action::await_change());
+        return Ok(None);
     };
     let pipeline = Deciding { g: &g, ctx: &ctx };
     let Ok(plan) = super::drive::decide(&pipeline, &mut None).await? else {
-        return Ok(Action::await_change());
+        return Ok(None);
     };
     let class = flex_core::claim::class_of(&g.claim).unwrap_or_default();
     ctx.apply.tell_claim(&g.claim, class, &plan.notices).await;
@@ -107,13 +107,13 @@ fn gather(claim: PersistentVolumeClaim, ctx: &Context) -> Option<Gathered> {
 }
 
 /// Carries out the step: the claim's resize status, the expansion Job, the PV's capacity.
-async fn apply(g: &Gathered, ctx: &Context, step: ExpandStep) -> crate::Result<Action> {
+async fn apply(g: &Gathered, ctx: &Context, step: ExpandStep) -> crate::Result<Option<Duration>> {
     let apply = &ctx.apply;
     let name = g.claim.name_any();
     let claims = apply.claims(&g.claim.namespace().unwrap_or_default());
     match step {
         ExpandStep::Ignore | ExpandStep::Blocked => {}
-        ExpandStep::Wait(d) => return Ok(Action::requeue(d)),
+        ExpandStep::Wait(d) => return Ok(Some(d)),
         // A claim gone meanwhile gets no expansion Job.
         ExpandStep::Start { job, status } => {
             if apply.patch_status(&claims, &name, &status).await? {
@@ -134,5 +134,5 @@ async fn apply(g: &Gathered, ctx: &Context, step: ExpandStep) -> crate::Result<A
             apply.patch_status(&claims, &name, &status).await?;
         }
     }
-    Ok(Action::await_change())
+    Ok(None)
 }

@@ -7,7 +7,6 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
 use super::apply::Created;
@@ -21,15 +20,14 @@ use flex_core::names::{ANN_SELECTED_NODE, pv_name};
 use flex_core::plan::claim::{ClaimInputs, ConfigState, Plan, Prepared, Step, plan_claim};
 use flex_core::plan::{Ask, Decision};
 
-/// One claim: gather, decide (reading from the API server what the plan asks for), tell,
-/// apply.
+/// One claim's provisioning: gather, decide (reading from the API server what the plan
+/// asks for), tell, apply; then when to look again (`None`: on its next change).
 pub async fn reconcile(
     cached: Arc<super::compact::Compact<PersistentVolumeClaim>>,
     ctx: Arc<Context>,
-) -> crate::Result<Action> {
-    ctx.ready().await;
+) -> crate::Result<Option<Duration>> {
     let Some(claim) = cached.full().map(Arc::new) else {
-        return Ok(Action::await_change());
+        return Ok(None);
     };
     let g = match gather(claim, &ctx).await? {
         Ok(g) => g,
@@ -38,7 +36,7 @@ pub async fn reconcile(
     let mut read = Read::default();
     let pipeline = Deciding { g: &g, ctx: &ctx };
     let Ok(plan) = super::drive::decide(&pipeline, &mut read).await? else {
-        return Ok(Action::await_change());
+        return Ok(None);
     };
     ctx.apply
         .tell_claim(&g.claim, &g.class, &plan.notices)
@@ -86,7 +84,7 @@ struct Read {
 async fn gather(
     claim: Arc<PersistentVolumeClaim>,
     ctx: &Context,
-) -> crate::Result<Result<Gathered, Action>> {
+) -> crate::Result<Result<Gathered, Option<Duration>>> {
     let uid = claim.uid().unwrap_or_default();
     let class = flex_core::claim::class_of(&claim)
         .unwrap_or_default()
@@ -103,7 +101,7 @@ async fn gather(
     };
     let Some(claim) = claim else {
         // Deleted (or replaced) since: its own watch event brings what follows.
-        return Ok(Err(Action::await_change()));
+        return Ok(Err(None));
     };
     let resolved = ctx.config_of(&class).await;
     let mut jobs = ctx.caches.jobs_by(&by_claim(&uid));
@@ -119,7 +117,7 @@ async fn gather(
     };
     // The PV created here a moment ago, not cached yet: its event brings the claim back.
     if ctx.apply.pv_unseen(&uid, pv.is_some()) {
-        return Ok(Err(Action::requeue(Duration::from_secs(5))));
+        return Ok(Err(Some(Duration::from_secs(5))));
     }
     let pending = claim.spec.as_ref().is_some_and(|s| s.volume_name.is_none());
     let node = (claim.annotations().get(ANN_SELECTED_NODE))
@@ -283,8 +281,8 @@ fn active_jobs_of_class(ctx: &Context, class: &str) -> usize {
 }
 
 /// Carries out the plan's step, then looks again when the step says.
-async fn apply(g: &Gathered, ctx: &Context, plan: Plan) -> crate::Result<Action> {
-    let again = (plan.step.recheck()).map_or_else(Action::await_change, Action::requeue);
+async fn apply(g: &Gathered, ctx: &Context, plan: Plan) -> crate::Result<Option<Duration>> {
+    let again = plan.step.recheck();
     let apply = &ctx.apply;
     let claims = apply.claims(&g.claim.namespace().unwrap_or_default());
     let name = g.claim.name_any();
@@ -293,7 +291,7 @@ async fn apply(g: &Gathered, ctx: &Context, plan: Plan) -> crate::Result<Action>
             if apply.create_pv(&pv, Some(&g.uid)).await? == Created::Existed {
                 // Ours from an earlier reconcile, or someone else's: the next plan, from the
                 // cache, judges what is there.
-                return Ok(Action::requeue(Duration::from_secs(1)));
+                return Ok(Some(Duration::from_secs(1)));
             }
         }
         Step::PatchClaim { patch, .. } => {

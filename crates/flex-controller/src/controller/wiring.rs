@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, Event as CoreEvent, PersistentVolume, PersistentVolumeClaim, Pod,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::runtime::controller::{self, Controller};
+use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, Resource};
@@ -98,37 +98,10 @@ async fn controllers(
     // Node changes trigger nothing: the stream is only drained.
     let drain_nodes = w.nodes.for_each(|_| async {});
     // One watch of each kind feeds every controller it triggers, and the orphan check.
-    let ([volumes_for_claims, volumes_for_volumes, volumes_for_growth], share_volumes) =
-        fan_out::fan_out::<Compact<PersistentVolume>, 3>(w.volumes);
-    let (
-        [
-            jobs_for_claims,
-            jobs_for_volumes,
-            jobs_for_orphans,
-            jobs_for_growth,
-        ],
-        share_jobs,
-    ) = fan_out::fan_out::<Job, 4>(w.jobs);
-    let ([claims_for_claims, claims_for_growth], share_claims) =
-        fan_out::fan_out::<Compact<PersistentVolumeClaim>, 2>(w.claims);
-    let ([pods_for_claims, pods_for_growth], share_pods) = fan_out::fan_out::<Pod, 2>(w.pods);
-    let ([classes_for_claims, classes_for_growth], share_classes) =
-        fan_out::fan_out::<StorageClass, 2>(w.classes);
-    let growth_run = claim_controller(
-        ClaimTriggers {
-            claims: claims_for_growth,
-            jobs: jobs_for_growth,
-            pods: pods_for_growth,
-            failed_creates: futures::stream::pending().boxed(),
-            volumes: volumes_for_growth,
-            classes: classes_for_growth,
-            config_maps: futures::stream::pending().boxed(),
-        },
-        claims.clone(),
-        jobs_stores.clone(),
-        ctx.clone(),
-        expansion::reconcile,
-    );
+    let ([volumes_for_claims, volumes_for_volumes], share_volumes) =
+        fan_out::fan_out::<Compact<PersistentVolume>, 2>(w.volumes);
+    let ([jobs_for_claims, jobs_for_volumes, jobs_for_orphans], share_jobs) =
+        fan_out::fan_out::<Job, 3>(w.jobs);
     let orphans_run = orphans::run(jobs_for_orphans, ctx.clone());
     let volumes_run = volume_controller(
         volumes_store,
@@ -138,29 +111,24 @@ async fn controllers(
     );
     let claims_run = claim_controller(
         ClaimTriggers {
-            claims: claims_for_claims,
+            claims: w.claims,
             jobs: jobs_for_claims,
-            pods: pods_for_claims,
+            pods: w.pods,
             failed_creates: w.failed_creates,
             volumes: volumes_for_claims,
-            classes: classes_for_claims,
+            classes: w.classes,
             config_maps: w.config_maps,
         },
         claims,
         jobs_stores,
         ctx,
-        reconcile::reconcile,
     );
     futures::join!(
         claims_run,
-        growth_run,
         volumes_run,
         orphans_run,
         share_volumes,
         share_jobs,
-        share_claims,
-        share_pods,
-        share_classes,
         drain_nodes,
         gauge,
         synced,
@@ -190,8 +158,8 @@ fn volume_controller(
                 .map(ObjectRef::new)
                 .collect::<Vec<_>>()
         })
-        .run(volumes::reconcile_volume, Context::error_policy, ctx)
-        .for_each(log_failure)
+        .run(volumes::reconcile_volume, Context::error_policy, ctx.clone())
+        .for_each(settled(&ctx, "volume"))
         .boxed()
 }
 
@@ -199,28 +167,22 @@ fn volume_controller(
 struct ClaimTriggers {
     claims: Changes<Compact<PersistentVolumeClaim>>,
     jobs: Changes<Job>,
-    pods: Changes<k8s_openapi::api::core::v1::Pod>,
+    pods: Changes<Pod>,
     failed_creates: Changes<CoreEvent>,
     volumes: Changes<Compact<PersistentVolume>>,
     classes: Changes<StorageClass>,
     config_maps: Changes<ConfigMap>,
 }
 
-/// A controller of claims (provisioning, or expansion): a claim's own changes, its Jobs',
-/// their pods' and the Job controller's `FailedCreate` events, its PV's (by claimRef), and
-/// any change of its class or the class's ConfigMap.
-fn claim_controller<F>(
+/// The claim controller: a claim's own changes, its Jobs', their pods' and the Job
+/// controller's `FailedCreate` events, its PV's (by claimRef), and any change of its class
+/// or the class's ConfigMap.
+fn claim_controller(
     t: ClaimTriggers,
     claims: index::Indexed<PersistentVolumeClaim, Compact<PersistentVolumeClaim>>,
     jobs: Vec<index::Indexed<Job>>,
     ctx: Arc<Context>,
-    reconcile: fn(Arc<Compact<PersistentVolumeClaim>>, Arc<Context>) -> F,
-) -> futures::future::BoxFuture<'static, ()>
-where
-    F: std::future::Future<Output = crate::Result<kube::runtime::controller::Action>>
-        + Send
-        + 'static,
-{
+) -> futures::future::BoxFuture<'static, ()> {
     let config = controller::Config::default().concurrency(RECONCILES_AT_ONCE);
     let (by_class, by_config) = (claims.clone(), claims.clone());
     Controller::for_stream(t.claims, claims.store.clone())
@@ -228,7 +190,7 @@ where
         .watches_stream(t.jobs, |job: Job| {
             caches::claim_ref_of(job.meta().annotations.as_ref())
         })
-        .watches_stream(t.pods, |pod: k8s_openapi::api::core::v1::Pod| {
+        .watches_stream(t.pods, |pod: Pod| {
             caches::claim_ref_of(pod.meta().annotations.as_ref())
         })
         // A FailedCreate event names its Job; the Job names its claim.
@@ -251,17 +213,41 @@ where
             let class = label(&cm.metadata, LABEL_CONFIG_CLASS).unwrap_or_default();
             by_config.refs(&caches::by_class(class))
         })
-        .run(reconcile, Context::error_policy, ctx)
-        .for_each(log_failure)
+        .run(claim_pipelines, Context::error_policy, ctx.clone())
+        .for_each(settled(&ctx, "claim"))
         // On the heap: with its many trigger streams this future is large, and tests run
         // the controller on a thread with a small stack.
         .boxed()
 }
 
-/// A failed reconcile is retried (`Context::error_policy` says why, and when).
-async fn log_failure<T, E: std::fmt::Display>(result: Result<T, E>) {
-    if let Err(e) = result {
-        tracing::debug!(error = %e, "reconcile failed; it is retried");
+/// A claim's two pipelines on one set of triggers: provisioning, then expansion (which
+/// returns at once for a claim not bound to a volume of ours that may grow). Each runs
+/// even when the other failed; the claim is looked at again at the sooner of their two
+/// times.
+async fn claim_pipelines(
+    claim: Arc<Compact<PersistentVolumeClaim>>,
+    ctx: Arc<Context>,
+) -> crate::Result<Action> {
+    ctx.ready().await;
+    let provisioning = reconcile::reconcile(claim.clone(), ctx.clone()).await;
+    let growth = expansion::reconcile(claim, ctx).await;
+    let again = provisioning?.into_iter().chain(growth?).min();
+    Ok(again.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// Counts a finished reconcile of `object`; a failed one is retried
+/// (`Context::error_policy` says why, and when).
+fn settled<T, E: std::fmt::Display>(
+    ctx: &Arc<Context>,
+    object: &'static str,
+) -> impl FnMut(Result<T, E>) -> std::future::Ready<()> + use<T, E> {
+    let metrics = ctx.metrics.clone();
+    move |result| {
+        metrics.count_reconcile(object);
+        if let Err(e) = result {
+            tracing::debug!(error = %e, "reconcile failed; it is retried");
+        }
+        std::future::ready(())
     }
 }
 

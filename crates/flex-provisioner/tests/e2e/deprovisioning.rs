@@ -209,14 +209,16 @@ async fn failing_deprovisioning_is_reported_retried_and_keeps_the_pv_until_done(
 #[tokio::test]
 async fn deleting_a_bound_pv_cleans_the_storage_before_it_disappears() {
     let sb = sandbox().await;
-    let _c = controller(&sb);
+    let (_c, addr) = controller_serving(&sb);
     hostpath_class(&sb, "local", "Delete").await;
     let c = used_claim(&sb, "data", "local").await;
     let pv_name = c.spec.unwrap().volume_name.unwrap();
     let pvs: Api<PersistentVolume> = Api::all(sb.client().unwrap());
     let dir = storage_dir(&sb, &pvs.get(&pv_name).await.unwrap());
+    let before = reconciles(addr, "volume").await;
     pvs.delete(&pv_name, &Default::default()).await.unwrap();
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    // The only PV: the next reconcile of a volume is this one's, marked for deletion.
+    reconciled_past(addr, "volume", before).await;
     assert!(
         pvs.get_opt(&pv_name).await.unwrap().is_some(),
         "a bound PV stays while its claim uses it"

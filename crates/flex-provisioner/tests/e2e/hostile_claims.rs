@@ -6,7 +6,6 @@
 
 use crate::common;
 
-use std::time::Duration;
 
 use common::hostile::{
     create_claim, four_billion_beside_a_standby, jobs_for, our_events_about, twenty_held_mid_job,
@@ -27,7 +26,7 @@ const OURS: &str = flex_core::names::DEFAULT_PROVISIONER_NAME;
 #[tokio::test]
 async fn a_claim_naming_this_provisioner_itself_is_not_ours() {
     let sb = sandbox().await;
-    let _c = controller(&sb);
+    let (_c, addr) = controller_serving(&sb);
     class(&sb, "fast", "Immediate", "make-pv", json!({})).await;
     let mut hostile = Vec::new();
     for (name, class) in [("self-named", "no-such-class"), ("classless", "")] {
@@ -42,10 +41,12 @@ async fn a_claim_naming_this_provisioner_itself_is_not_ours() {
         .await;
         hostile.push((name, c.uid().unwrap()));
     }
+    // The two are the only claims, and nothing but their creation brings either back (no
+    // Job, PV, class or ConfigMap names them): two reconciles of claims are one look at
+    // each.
+    reconciled_past(addr, "claim", 1).await;
     claim(&sb, "good", "fast").await;
     bound(&sb, "good", 60).await;
-    // Long enough for every watch event about them to have been reconciled.
-    tokio::time::sleep(Duration::from_secs(5)).await;
     for (name, uid) in hostile {
         assert!(jobs_for(&sb, &uid).await.is_empty(), "{name}: a Job ran");
         let said = our_events_about(&sb, name).await;
