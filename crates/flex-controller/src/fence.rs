@@ -24,19 +24,11 @@ pub struct Fence {
 }
 
 impl Fence {
-    /// A fence that always lets writes through.
-    pub fn open() -> Arc<Self> {
-        Arc::new(Fence {
-            until: Mutex::new(None),
-        })
-    }
-
     /// A fence that lets writes through until `until`, and after that only once
-    /// [`Fence::extend_to`] moves it on.
-    pub fn until(until: Instant) -> Arc<Self> {
-        Arc::new(Fence {
-            until: Mutex::new(Some(until)),
-        })
+    /// [`Fence::extend_to`] moves it on; `None`: one that always lets them through.
+    pub fn until(until: Option<Instant>) -> Arc<Self> {
+        let until = Mutex::new(until);
+        Arc::new(Fence { until })
     }
 
     /// A renewal succeeded: writes may go on until `until` (never moved back).
@@ -71,10 +63,6 @@ pub struct Fenced {
     pub method: Method,
 }
 
-fn is_write(method: &Method) -> bool {
-    !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
-}
-
 type Answer = Pin<Box<dyn Future<Output = Result<Response<Body>, kube::Error>> + Send>>;
 
 /// The controller's client behind the rate limit and the fence: reads (and watches)
@@ -106,7 +94,11 @@ impl tower::Service<Request<Body>> for FencedService {
             if let Some(l) = limiter {
                 l.until_ready().await;
             }
-            if is_write(request.method()) && !fence.admits() {
+            let write = !matches!(
+                *request.method(),
+                Method::GET | Method::HEAD | Method::OPTIONS
+            );
+            if write && !fence.admits() {
                 let refused = Fenced {
                     method: request.method().clone(),
                 };
@@ -169,7 +161,7 @@ mod tests {
 
     #[tokio::test]
     async fn writes_pass_until_the_deadline_and_reads_always() {
-        let fence = Fence::until(Instant::now() + Duration::from_millis(200));
+        let fence = Fence::until(Some(Instant::now() + Duration::from_millis(200)));
         let (client, mut handle) = behind(fence.clone());
         let api: Api<ConfigMap> = Api::namespaced(client, "default");
         let cm: ConfigMap = serde_json::from_slice(&config_map_json()).unwrap();
@@ -214,13 +206,13 @@ mod tests {
 
     #[test]
     fn an_open_fence_never_closes_and_a_deadline_never_moves_back() {
-        let open = Fence::open();
+        let open = Fence::until(None);
         open.close();
         assert!(
             open.admits(),
             "without leader election there is no one to fence off"
         );
-        let f = Fence::until(Instant::now() + Duration::from_secs(60));
+        let f = Fence::until(Some(Instant::now() + Duration::from_secs(60)));
         f.extend_to(Instant::now());
         assert!(f.admits());
     }

@@ -38,9 +38,6 @@ pub struct Configs {
     /// Per class: the versions last parsed and what they gave. Parsing (templates included)
     /// happens once per version, not once per claim reconcile.
     parsed: Mutex<HashMap<String, (String, Parsed)>>,
-    /// How many times a ConfigMap was parsed.
-    #[cfg(test)]
-    parses: std::sync::atomic::AtomicUsize,
     /// Per ConfigMap uid: the last version whose problems were reported.
     reported: Mutex<HashMap<String, String>>,
 }
@@ -117,9 +114,6 @@ impl Configs {
         if let Some(parsed) = cached {
             return Ok(parsed);
         }
-        #[cfg(test)]
-        self.parses
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (config, mut problems) = match parse_config_map_with(cm, options) {
             Verdict::Ignored { reason } => return Err(reason),
             Verdict::Checked { config, problems } => (config, problems),
@@ -154,12 +148,6 @@ impl Configs {
             problems: problems.to_vec(),
         })
     }
-
-    /// How many times a ConfigMap has been parsed so far.
-    #[cfg(test)]
-    pub fn parses(&self) -> usize {
-        self.parses.load(std::sync::atomic::Ordering::Relaxed)
-    }
 }
 
 #[cfg(test)]
@@ -193,35 +181,32 @@ mod tests {
         map_writer.apply_watcher_event(&Event::Apply(cm.clone()));
         let configs = Configs::default();
         let ns = ["cfg".to_string()];
-        let image = |r: &Resolved| match r {
-            Resolved::Ready(c) => c.provisioner.image.clone(),
+        let ready = |r: Resolved| match r {
+            Resolved::Ready(c) => c,
             other => panic!("{other:?}"),
         };
-        for _ in 0..5 {
-            let (r, _) = configs.resolve(
-                "gold",
-                &ParseOptions::new("example.com/p"),
-                &classes,
-                std::slice::from_ref(&maps),
-                &ns,
-            );
-            assert_eq!(image(&r), "img:1");
+        let resolve = || {
+            let options = ParseOptions::new("example.com/p");
+            let (r, _) =
+                configs.resolve("gold", &options, &classes, std::slice::from_ref(&maps), &ns);
+            ready(r)
+        };
+        let first = resolve();
+        assert_eq!(first.provisioner.image, "img:1");
+        for _ in 0..4 {
+            assert!(Arc::ptr_eq(&resolve(), &first), "parsed once per version");
         }
-        assert_eq!(configs.parses(), 1);
         cm.metadata.resource_version = Some("2".into());
         cm.data
             .as_mut()
             .unwrap()
             .insert("image".into(), "img:2".into());
         map_writer.apply_watcher_event(&Event::Apply(cm));
-        let (r, _) = configs.resolve(
-            "gold",
-            &ParseOptions::new("example.com/p"),
-            &classes,
-            std::slice::from_ref(&maps),
-            &ns,
+        let second = resolve();
+        assert_eq!(
+            second.provisioner.image, "img:2",
+            "a new version is parsed again"
         );
-        assert_eq!(image(&r), "img:2", "a new version is parsed again");
-        assert_eq!(configs.parses(), 2);
+        assert!(Arc::ptr_eq(&resolve(), &second));
     }
 }

@@ -10,13 +10,7 @@ pub use super::caches::Caches;
 use super::configs::Configs;
 use super::readiness::{Readiness, synced};
 use super::retry::{Failures, Retry, retry_for};
-use flex_core::names::Action;
 use flex_core::plan::notices;
-
-/// Whether a Job's or pod's labels name this action.
-pub fn action_is(labels: &std::collections::BTreeMap<String, String>, action: Action) -> bool {
-    Action::of(labels) == Some(action)
-}
 
 pub struct Context {
     pub client: Client,
@@ -133,7 +127,7 @@ impl Context {
         if let Some(notice) = notice {
             let on = object.object_ref(&());
             let ctx = ctx.clone();
-            tokio::spawn(async move { ctx.apply.tell(&on, "", &[notice]).await });
+            tokio::spawn(async move { ctx.apply.tell(&on, "", &[notice], None).await });
         }
         ctx.metrics.count_reconcile_error(error.category());
         tracing::warn!(category = error.category(), error = %error, retry_in = ?wait, "reconcile failed");

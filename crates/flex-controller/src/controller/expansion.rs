@@ -10,9 +10,9 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
-use super::context::{Context, action_is};
+use super::context::Context;
 use super::drive::Deciding;
-use flex_core::names;
+use flex_core::names::Action;
 use flex_core::plan::expand::{ExpandInputs, ExpandPlan, ExpandStep, plan_expand};
 use flex_core::plan::{Ask, Decision};
 use flex_core::record::{Record, RecordError, read_record};
@@ -95,9 +95,9 @@ fn gather(claim: PersistentVolumeClaim, ctx: &Context) -> Option<Gathered> {
     }
     let uid = claim.uid().unwrap_or_default();
     let mut jobs = ctx.caches.jobs_by(&super::caches::by_claim(&uid));
-    jobs.retain(|j| action_is(j.labels(), names::Action::Expand));
+    jobs.retain(|j| Action::of(j.labels()) == Some(Action::Expand));
     let mut pods = ctx.caches.pods_by(&super::caches::by_claim(&uid));
-    pods.retain(|p| action_is(p.labels(), names::Action::Expand));
+    pods.retain(|p| Action::of(p.labels()) == Some(Action::Expand));
     Some(Gathered {
         claim: Arc::new(claim),
         pv,

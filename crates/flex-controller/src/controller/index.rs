@@ -51,14 +51,10 @@ impl Maps {
         }
         let keys: Box<[Box<str>]> = keys.into_iter().map(String::into_boxed_str).collect();
         for key in &keys {
-            match self.by_key.get_mut(key) {
-                Some(set) => {
-                    set.insert(at.clone());
-                }
-                None => {
-                    self.by_key.insert(key.clone(), HashSet::from([at.clone()]));
-                }
-            }
+            self.by_key
+                .entry(key.clone())
+                .or_default()
+                .insert(at.clone());
         }
         self.of_object.insert(at, keys);
     }
@@ -102,7 +98,8 @@ impl<K: Resource<DynamicType = ()>> Index<K> {
         }
     }
 
-    pub fn get(&self, key: &str) -> Vec<ObjectRef<K>> {
+    /// The references under `key`, as a store of `K` or of `Compact<K>` holds them.
+    pub fn get<S: Resource<DynamicType = ()>>(&self, key: &str) -> Vec<ObjectRef<S>> {
         let live = self.live.read().unwrap_or_else(|e| e.into_inner());
         let Some(set) = live.by_key.get(key) else {
             return Vec::new();
@@ -129,17 +126,6 @@ where
     pub index: Arc<Index<K>>,
 }
 
-/// The same object's reference as the store's type.
-pub fn as_ref_of<S: Resource<DynamicType = ()>, K: Resource<DynamicType = ()>>(
-    r: &ObjectRef<K>,
-) -> ObjectRef<S> {
-    let at = ObjectRef::new(&r.name);
-    match &r.namespace {
-        Some(ns) => at.within(ns),
-        None => at,
-    }
-}
-
 impl<K, S> Indexed<K, S>
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
@@ -147,16 +133,13 @@ where
 {
     /// The cached objects under `key` (an object the store dropped since is skipped).
     pub fn by(&self, key: &str) -> Vec<Arc<S>> {
-        self.index
-            .get(key)
-            .iter()
-            .filter_map(|r| self.store.get(&as_ref_of(r)))
-            .collect()
+        let refs = self.index.get::<S>(key);
+        refs.iter().filter_map(|r| self.store.get(r)).collect()
     }
 
     /// The references under `key`, as the store's type.
     pub fn refs(&self, key: &str) -> Vec<ObjectRef<S>> {
-        self.index.get(key).iter().map(as_ref_of).collect()
+        self.index.get(key)
     }
 }
 
@@ -183,7 +166,11 @@ mod tests {
     }
 
     fn names(i: &Index<ConfigMap>, key: &str) -> Vec<String> {
-        let mut n: Vec<String> = i.get(key).into_iter().map(|r| r.name).collect();
+        let mut n: Vec<String> = i
+            .get::<ConfigMap>(key)
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
         n.sort();
         n
     }

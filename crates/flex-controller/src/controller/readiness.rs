@@ -25,12 +25,6 @@ impl Default for Readiness {
 }
 
 impl Readiness {
-    /// Whether every store has synced.
-    #[cfg(test)]
-    pub fn is_ready(&self) -> bool {
-        *self.tx.borrow()
-    }
-
     /// Returns once every store has synced (at once when they already have).
     pub async fn wait(&self) {
         let mut rx = self.tx.subscribe();
@@ -87,7 +81,7 @@ mod tests {
         };
         // Let every waiter register before the list completes.
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(!gate.is_ready());
+        assert!(!*gate.tx.borrow());
         writer.apply_watcher_event(&Event::Init);
         writer.apply_watcher_event(&Event::InitDone);
         tokio::time::timeout(Duration::from_secs(5), async {
@@ -98,6 +92,6 @@ mod tests {
         })
         .await
         .expect("every waiter resumes once the store has synced");
-        assert!(gate.is_ready());
+        assert!(*gate.tx.borrow());
     }
 }

@@ -16,7 +16,7 @@ use super::context::Context;
 use super::drive::Deciding;
 use flex_core::claim::{ClaimRequest, NodeInfo};
 use flex_core::job::{JobOutcome, outcome};
-use flex_core::names::{ANN_SELECTED_NODE, pv_name};
+use flex_core::names::{ANN_SELECTED_NODE, Action, pv_name};
 use flex_core::plan::claim::{ClaimInputs, ConfigState, Plan, Prepared, Step, plan_claim};
 use flex_core::plan::{Ask, Decision};
 
@@ -105,7 +105,7 @@ async fn gather(
     };
     let resolved = ctx.config_of(&class).await;
     let mut jobs = ctx.caches.jobs_by(&by_claim(&uid));
-    jobs.retain(|j| super::context::action_is(j.labels(), flex_core::names::Action::Provision));
+    jobs.retain(|j| Action::of(j.labels()) == Some(Action::Provision));
     let pods = ctx.caches.pods_by(&by_claim(&uid));
     // A PV under the claim's volume name that is not verified yet is cached cut short
     // (caches::trim_volume): read whole for a claim of ours, whose plan verifies it.
@@ -297,7 +297,7 @@ async fn apply(g: &Gathered, ctx: &Context, plan: Plan) -> crate::Result<Option<
         Step::PatchClaim { patch, .. } => {
             apply.patch(&claims, &name, &patch).await?;
         }
-        Step::BoundToUnverified { pv, on_pv } => apply.tell(&pv, &g.class, &on_pv).await,
+        Step::BoundToUnverified { pv, on_pv } => apply.tell(&pv, &g.class, &on_pv, None).await,
         // The record first: a volume with our finalizer but no record could never be
         // deprovisioned (it would be kept, with a warning).
         Step::Provisioned { patch, record } => {

@@ -11,7 +11,7 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
 use super::caches::{by_claim, by_source, by_volume};
-use super::context::{Context, action_is};
+use super::context::Context;
 use super::drive::Deciding;
 use flex_core::job::{JobOutcome, outcome};
 use flex_core::names;
@@ -34,7 +34,7 @@ async fn whole_if_made_by_us(
         .caches
         .jobs_by(&by_volume(&name))
         .iter()
-        .any(|j| action_is(j.labels(), names::Action::Provision));
+        .any(|j| names::Action::of(j.labels()) == Some(names::Action::Provision));
     if !made_by_us {
         return Ok(None);
     }
@@ -73,7 +73,7 @@ pub async fn reconcile_volume(
         return Ok(Action::await_change());
     };
     ctx.apply
-        .tell(&g.pv.object_ref(&()), &g.class, &plan.notices)
+        .tell(&g.pv.object_ref(&()), &g.class, &plan.notices, None)
         .await;
     apply(&g, &ctx, plan.step).await
 }
@@ -107,7 +107,7 @@ impl Gathered {
         self.volume_jobs
             .iter()
             .map(AsRef::as_ref)
-            .filter(|j| action_is(j.labels(), names::Action::Deprovision))
+            .filter(|j| names::Action::of(j.labels()) == Some(names::Action::Deprovision))
     }
 }
 
@@ -123,7 +123,7 @@ fn gather(pv: Arc<PersistentVolume>, ctx: &Context) -> Gathered {
     let mut provision_jobs: Vec<Arc<Job>> = claim_jobs
         .iter()
         .chain(volume_jobs.iter())
-        .filter(|j| action_is(j.labels(), names::Action::Provision))
+        .filter(|j| names::Action::of(j.labels()) == Some(names::Action::Provision))
         .cloned()
         .collect();
     provision_jobs.sort_by_key(|j| j.metadata.uid.clone());
@@ -131,13 +131,15 @@ fn gather(pv: Arc<PersistentVolume>, ctx: &Context) -> Gathered {
     let provisioning = claim_jobs
         .iter()
         .filter(|j| {
-            action_is(j.labels(), names::Action::Provision)
-                || action_is(j.labels(), names::Action::Expand)
+            matches!(
+                names::Action::of(j.labels()),
+                Some(names::Action::Provision | names::Action::Expand)
+            )
         })
         .chain(ctx.caches.jobs_by(&by_source(&name)).iter())
         .any(|j| outcome(j, &[]) == JobOutcome::Running);
     let mut pods = ctx.caches.pods_by(&by_volume(&name));
-    pods.retain(|p| action_is(p.labels(), names::Action::Deprovision));
+    pods.retain(|p| names::Action::of(p.labels()) == Some(names::Action::Deprovision));
     let at = claim_ref
         .as_ref()
         .and_then(|r| Some((r.namespace.clone()?, r.name.clone()?)));

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
@@ -16,13 +15,12 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Client, Resource};
 
 use super::compact::Compact;
 use super::context::Context;
 use super::watches::watch_everything;
-use super::{Options, caches, expansion, fan_out, index, orphans, reconcile, volumes};
+use super::{Options, caches, expansion, fan_out, orphans, reconcile, volumes};
 use flex_core::names::{ANN_SOURCE_VOLUME, LABEL_CONFIG_CLASS, LABEL_VOLUME, annotation, label};
 
 /// Reconciles in flight per controller. Unbounded, a restart in a cluster of 50,000 claims
@@ -66,12 +64,12 @@ async fn lead(
     health: &crate::http::Health,
 ) -> Arc<crate::fence::Fence> {
     let Some(l) = &opts.leader else {
-        return crate::fence::Fence::open();
+        return crate::fence::Fence::until(None);
     };
     health.standby.store(true, Ordering::Relaxed);
     let won = crate::leader::acquire(client, l).await;
     health.standby.store(false, Ordering::Relaxed);
-    crate::fence::Fence::until(won + l.renew_deadline)
+    crate::fence::Fence::until(Some(won + l.renew_deadline))
 }
 
 /// The watches, the context every reconcile shares, and what runs on them: the claim and
@@ -85,16 +83,8 @@ async fn controllers(
     let w = watch_everything(&client, &opts);
     let claims = w.caches.claims.clone();
     let volumes_store = w.caches.volumes.clone();
-    let jobs_stores = w.caches.jobs.clone();
+    let jobs = w.caches.jobs.clone();
     let ctx = Arc::new(Context::new(client, opts, metrics, w.caches));
-    let ready_ctx = ctx.clone();
-    let mark_ready = async move {
-        ready_ctx.ready().await;
-        health.ready.store(true, Ordering::Relaxed);
-    };
-    let synced_ctx = ctx.clone();
-    let synced = async move { synced_ctx.open_when_synced().await };
-    let gauge = count_active_jobs(ctx.clone());
     // Node changes trigger nothing: the stream is only drained.
     let drain_nodes = w.nodes.for_each(|_| async {});
     // One watch of each kind feeds every controller it triggers, and the orphan check.
@@ -103,53 +93,12 @@ async fn controllers(
     let ([jobs_for_claims, jobs_for_volumes, jobs_for_orphans], share_jobs) =
         fan_out::fan_out::<Job, 3>(w.jobs);
     let orphans_run = orphans::run(jobs_for_orphans, ctx.clone());
-    let volumes_run = volume_controller(
-        volumes_store,
-        volumes_for_volumes,
-        jobs_for_volumes,
-        ctx.clone(),
-    );
-    let claims_run = claim_controller(
-        ClaimTriggers {
-            claims: w.claims,
-            jobs: jobs_for_claims,
-            pods: w.pods,
-            failed_creates: w.failed_creates,
-            volumes: volumes_for_claims,
-            classes: w.classes,
-            config_maps: w.config_maps,
-        },
-        claims,
-        jobs_stores,
-        ctx,
-    );
-    futures::join!(
-        claims_run,
-        volumes_run,
-        orphans_run,
-        share_volumes,
-        share_jobs,
-        drain_nodes,
-        gauge,
-        synced,
-        mark_ready
-    );
-}
-
-type Changes<K> = BoxStream<'static, Result<K, watcher::Error>>;
-
-/// The volume controller: a PV's own changes, and those of its Jobs (its deprovision and
-/// expansion Jobs, and provisioning Jobs that copy from it).
-fn volume_controller(
-    store: kube::runtime::reflector::Store<Compact<PersistentVolume>>,
-    volumes: Changes<Compact<PersistentVolume>>,
-    jobs: Changes<Job>,
-    ctx: Arc<Context>,
-) -> futures::future::BoxFuture<'static, ()> {
     let config = controller::Config::default().concurrency(RECONCILES_AT_ONCE);
-    Controller::for_stream(volumes, store)
-        .with_config(config)
-        .watches_stream(jobs, |job: Job| {
+    // The volume controller: a PV's own changes, and those of its Jobs (its deprovision
+    // and expansion Jobs, and provisioning Jobs that copy from it).
+    let volumes_run = Controller::for_stream(volumes_for_volumes, volumes_store)
+        .with_config(config.clone())
+        .watches_stream(jobs_for_volumes, |job: Job| {
             // Its own volume, and a clone's source, which waits for the copy to finish.
             let own = label(&job.metadata, LABEL_VOLUME);
             let source = annotation(&job.metadata, ANN_SOURCE_VOLUME);
@@ -158,66 +107,71 @@ fn volume_controller(
                 .map(ObjectRef::new)
                 .collect::<Vec<_>>()
         })
-        .run(volumes::reconcile_volume, Context::error_policy, ctx.clone())
-        .for_each(settled(&ctx, "volume"))
-        .boxed()
-}
-
-/// What brings a claim to its reconciler besides its own changes.
-struct ClaimTriggers {
-    claims: Changes<Compact<PersistentVolumeClaim>>,
-    jobs: Changes<Job>,
-    pods: Changes<Pod>,
-    failed_creates: Changes<CoreEvent>,
-    volumes: Changes<Compact<PersistentVolume>>,
-    classes: Changes<StorageClass>,
-    config_maps: Changes<ConfigMap>,
-}
-
-/// The claim controller: a claim's own changes, its Jobs', their pods' and the Job
-/// controller's `FailedCreate` events, its PV's (by claimRef), and any change of its class
-/// or the class's ConfigMap.
-fn claim_controller(
-    t: ClaimTriggers,
-    claims: index::Indexed<PersistentVolumeClaim, Compact<PersistentVolumeClaim>>,
-    jobs: Vec<index::Indexed<Job>>,
-    ctx: Arc<Context>,
-) -> futures::future::BoxFuture<'static, ()> {
-    let config = controller::Config::default().concurrency(RECONCILES_AT_ONCE);
+        .run(
+            volumes::reconcile_volume,
+            Context::error_policy,
+            ctx.clone(),
+        )
+        .for_each(settled(&ctx, "volume"));
+    // The claim controller: a claim's own changes, its Jobs', their pods' and the Job
+    // controller's `FailedCreate` events, its PV's (by claimRef), and any change of its
+    // class or the class's ConfigMap.
     let (by_class, by_config) = (claims.clone(), claims.clone());
-    Controller::for_stream(t.claims, claims.store.clone())
+    let claims_run = Controller::for_stream(w.claims, claims.store.clone())
         .with_config(config)
-        .watches_stream(t.jobs, |job: Job| {
+        .watches_stream(jobs_for_claims, |job: Job| {
             caches::claim_ref_of(job.meta().annotations.as_ref())
         })
-        .watches_stream(t.pods, |pod: Pod| {
+        .watches_stream(w.pods, |pod: Pod| {
             caches::claim_ref_of(pod.meta().annotations.as_ref())
         })
         // A FailedCreate event names its Job; the Job names its claim.
-        .watches_stream(t.failed_creates, move |ev: CoreEvent| {
+        .watches_stream(w.failed_creates, move |ev: CoreEvent| {
             let o = &ev.involved_object;
             let at = ObjectRef::<Job>::new(o.name.as_deref()?).within(o.namespace.as_deref()?);
             let job = jobs.iter().find_map(|j| j.store.get(&at))?;
             caches::claim_ref_of(job.meta().annotations.as_ref())
         })
-        .watches_stream(t.volumes, |pv: Compact<PersistentVolume>| {
+        .watches_stream(volumes_for_claims, |pv: Compact<PersistentVolume>| {
             let r = pv.full()?.spec?.claim_ref?;
             Some(ObjectRef::new(r.name.as_deref()?).within(r.namespace.as_deref()?))
         })
-        .watches_stream(t.classes, move |sc: StorageClass| {
+        .watches_stream(w.classes, move |sc: StorageClass| {
             by_class.refs(&caches::by_class(
                 sc.meta().name.as_deref().unwrap_or_default(),
             ))
         })
-        .watches_stream(t.config_maps, move |cm: ConfigMap| {
+        .watches_stream(w.config_maps, move |cm: ConfigMap| {
             let class = label(&cm.metadata, LABEL_CONFIG_CLASS).unwrap_or_default();
             by_config.refs(&caches::by_class(class))
         })
         .run(claim_pipelines, Context::error_policy, ctx.clone())
-        .for_each(settled(&ctx, "claim"))
-        // On the heap: with its many trigger streams this future is large, and tests run
-        // the controller on a thread with a small stack.
-        .boxed()
+        .for_each(settled(&ctx, "claim"));
+    // On the heap: with their many trigger streams these futures are large, and tests run
+    // the controller on a thread with a small stack.
+    futures::join!(
+        claims_run.boxed(),
+        volumes_run.boxed(),
+        orphans_run,
+        share_volumes,
+        share_jobs,
+        drain_nodes,
+        upkeep(ctx, health),
+    );
+}
+
+/// Readiness once the caches are filled, the write gate once they are synced, and the
+/// active-Jobs gauge.
+async fn upkeep(ctx: Arc<Context>, health: Arc<crate::http::Health>) {
+    let mark_ready = async {
+        ctx.ready().await;
+        health.ready.store(true, Ordering::Relaxed);
+    };
+    futures::join!(
+        mark_ready,
+        ctx.open_when_synced(),
+        count_active_jobs(ctx.clone())
+    );
 }
 
 /// A claim's two pipelines on one set of triggers: provisioning, then expansion (which

@@ -6,7 +6,6 @@
 
 use crate::common;
 
-
 use common::hostile::{
     create_claim, four_billion_beside_a_standby, jobs_for, our_events_about, twenty_held_mid_job,
 };

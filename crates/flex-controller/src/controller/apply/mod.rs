@@ -16,6 +16,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use super::expected::Expected;
 use super::seen::Seen;
@@ -176,38 +177,14 @@ impl Applier {
 
     /// A merge patch; an object gone meanwhile is done with (`false`). A precondition goes
     /// in the patch itself (`metadata.resourceVersion`).
-    pub async fn patch<K>(
-        &self,
-        api: &Api<K>,
-        name: &str,
-        patch: &serde_json::Value,
-    ) -> crate::Result<bool>
+    pub async fn patch<K>(&self, api: &Api<K>, name: &str, patch: &Value) -> crate::Result<bool>
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     {
-        self.merge(api, name, patch, false).await
-    }
-
-    /// A merge patch of the object (`status`: of its status subresource).
-    async fn merge<K>(
-        &self,
-        api: &Api<K>,
-        name: &str,
-        patch: &serde_json::Value,
-        status: bool,
-    ) -> crate::Result<bool>
-    where
-        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
-    {
-        let (params, patch) = (PatchParams::default(), Patch::Merge(patch));
-        let (answer, verb) = match status {
-            false => (api.patch(name, &params, &patch).await, "patching"),
-            true => (
-                api.patch_status(name, &params, &patch).await,
-                "patching the status of",
-            ),
-        };
-        gone_is_done(answer, writing::<K>(verb, name))
+        let answer = api
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await;
+        gone_is_done(answer, writing::<K>("patching", name))
     }
 
     /// The write that finishes a volume whose storage is gone (`pv_uid`, named `name`),
@@ -231,18 +208,18 @@ impl Applier {
         Ok(())
     }
 
-    /// A merge patch of the status subresource; an object gone meanwhile is done with
-    /// (`false`).
+    /// A merge patch of the status subresource, as `patch`.
     pub async fn patch_status<K>(
         &self,
         api: &Api<K>,
         name: &str,
-        patch: &serde_json::Value,
+        patch: &Value,
     ) -> crate::Result<bool>
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     {
-        self.merge(api, name, patch, true).await
+        let answer = (api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch))).await;
+        gone_is_done(answer, writing::<K>("patching the status of", name))
     }
 
     /// Deletes the object only while it is the one decided on (its uid, and its

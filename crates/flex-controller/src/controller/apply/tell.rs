@@ -29,20 +29,15 @@ impl Applier {
     /// creation (`provision_duration`).
     pub async fn tell_claim(&self, claim: &PersistentVolumeClaim, class: &str, notices: &[Notice]) {
         let created = claim.metadata.creation_timestamp.as_ref().map(|t| t.0);
-        self.tell_timed(&claim.object_ref(&()), class, notices, created)
-            .await;
+        (self.tell(&claim.object_ref(&()), class, notices, created)).await;
     }
 
     /// Publishes each notice the first time it is seen on `on`, counting it by its kind.
-    pub async fn tell(&self, on: &ObjectReference, class: &str, notices: &[Notice]) {
-        self.tell_timed(on, class, notices, None).await;
-    }
-
-    /// Counts each fresh notice, and times a success from `created`, before its event is
-    /// published: a scrape taken while the event write is under way (it may wait on the
+    /// Each fresh notice is counted, and a success timed from `created`, before its event
+    /// is published: a scrape taken while the event write is under way (it may wait on the
     /// API server's rate limits) then sees the count and its duration together, never one
     /// without the other.
-    async fn tell_timed(
+    pub async fn tell(
         &self,
         on: &ObjectReference,
         class: &str,
