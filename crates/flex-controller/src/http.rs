@@ -34,28 +34,20 @@ fn respond(code: StatusCode, content_type: &str, body: String) -> Response<Full<
 }
 
 fn route(path: &str, health: &Health, metrics: &Metrics) -> Response<Full<Bytes>> {
-    match path {
-        "/healthz" | "/livez" => respond(StatusCode::OK, "text/plain", "ok".into()),
-        "/readyz" if health.ready.load(Ordering::Relaxed) => {
-            respond(StatusCode::OK, "text/plain", "ok".into())
+    let (code, body) = match path {
+        "/metrics" => {
+            let text = "text/plain; version=0.0.4";
+            return respond(StatusCode::OK, text, metrics.render());
         }
-        "/readyz" if health.standby.load(Ordering::Relaxed) => respond(
-            StatusCode::OK,
-            "text/plain",
-            "ok: standby, waiting for the leader Lease".into(),
-        ),
-        "/readyz" => respond(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "text/plain",
-            "caches not synced yet".into(),
-        ),
-        "/metrics" => respond(
-            StatusCode::OK,
-            "text/plain; version=0.0.4",
-            metrics.render(),
-        ),
-        _ => respond(StatusCode::NOT_FOUND, "text/plain", "not found".into()),
-    }
+        "/healthz" | "/livez" => (StatusCode::OK, "ok"),
+        "/readyz" if health.ready.load(Ordering::Relaxed) => (StatusCode::OK, "ok"),
+        "/readyz" if health.standby.load(Ordering::Relaxed) => {
+            (StatusCode::OK, "ok: standby, waiting for the leader Lease")
+        }
+        "/readyz" => (StatusCode::SERVICE_UNAVAILABLE, "caches not synced yet"),
+        _ => (StatusCode::NOT_FOUND, "not found"),
+    };
+    respond(code, "text/plain", body.into())
 }
 
 /// Serves until the task is dropped.

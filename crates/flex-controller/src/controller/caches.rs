@@ -132,12 +132,8 @@ pub fn job_keys(j: &Job) -> Vec<String> {
     keys
 }
 
-pub fn pod_keys(p: &Pod) -> Vec<String> {
-    object_keys(p)
-}
-
 /// A Job or pod by the claim and the volume its labels name.
-fn object_keys(o: &impl ResourceExt) -> Vec<String> {
+pub fn object_keys(o: &impl ResourceExt) -> Vec<String> {
     let labels = o.labels();
     let claim = label(labels, LABEL_CLAIM_UID).map(|uid| by_claim(uid));
     claim
@@ -201,6 +197,15 @@ fn bounded_value(v: &mut String) {
 
 fn json_len(v: &impl serde::Serialize) -> usize {
     serde_json::to_string(v).map_or(0, |s| s.len())
+}
+
+/// Drops a claim's list longer than `CLAIM_LIST_BUDGET` as JSON; whether it did.
+fn dropped_if_over<T: serde::Serialize>(field: &mut Option<T>) -> bool {
+    let over = json_len(field) > CLAIM_LIST_BUDGET;
+    if over {
+        *field = None;
+    }
+    over
 }
 
 /// Every claim is cached as a bounded record, whatever its author wrote into it, because
@@ -272,14 +277,8 @@ fn cut_to_budget(c: &mut PersistentVolumeClaim) {
             a.values_mut().for_each(bounded_value);
         }
     }
-    if json_len(&m.finalizers) > CLAIM_LIST_BUDGET {
-        cut = true;
-        m.finalizers = None;
-    }
-    if json_len(&m.owner_references) > CLAIM_LIST_BUDGET {
-        cut = true;
-        m.owner_references = None;
-    }
+    cut |= dropped_if_over(&mut m.finalizers);
+    cut |= dropped_if_over(&mut m.owner_references);
     if let Some(s) = c.spec.as_mut() {
         // Only whether a selector is set is read (a dynamically provisioned claim may not
         // have one).
@@ -287,14 +286,8 @@ fn cut_to_budget(c: &mut PersistentVolumeClaim) {
             cut = true;
             s.selector = Some(Default::default());
         }
-        if json_len(&s.access_modes) > CLAIM_LIST_BUDGET {
-            cut = true;
-            s.access_modes = None;
-        }
-        if json_len(&s.resources) > CLAIM_LIST_BUDGET {
-            cut = true;
-            s.resources = None;
-        }
+        cut |= dropped_if_over(&mut s.access_modes);
+        cut |= dropped_if_over(&mut s.resources);
     }
     if cut {
         c.metadata

@@ -53,15 +53,9 @@ impl<K> Queue<K> {
         }
     }
 
-    /// Poisoning cannot leave a queue half-updated (every critical section is a few
-    /// infallible collection operations), so a poisoned lock is used as it is.
-    fn state(&self) -> std::sync::MutexGuard<'_, State<K>> {
-        crate::lock(&self.state)
-    }
-
     fn push(&self, key: Key, object: Arc<K>) {
         {
-            let mut s = self.state();
+            let mut s = crate::lock(&self.state);
             if s.latest.insert(key.clone(), object).is_none() {
                 s.order.push_back(key);
             }
@@ -70,12 +64,12 @@ impl<K> Queue<K> {
     }
 
     fn close(&self) {
-        self.state().closed = true;
+        crate::lock(&self.state).closed = true;
         self.waker.wake();
     }
 
     fn pop(&self) -> Poll<Option<Arc<K>>> {
-        let mut s = self.state();
+        let mut s = crate::lock(&self.state);
         if let Some(key) = s.order.pop_front() {
             return Poll::Ready(s.latest.remove(&key));
         }

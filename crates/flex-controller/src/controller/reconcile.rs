@@ -61,6 +61,8 @@ struct Gathered {
     created_attempt: Option<u32>,
     /// Running Jobs without a pod, with the Job controller's FailedCreate message.
     not_starting: Vec<(Arc<Job>, String)>,
+    /// Not bound to a volume yet.
+    pending: bool,
     /// A pending claim of ours in a class with `max-concurrent`.
     limited: bool,
 }
@@ -144,6 +146,7 @@ async fn gather(
         node,
         created_attempt,
         not_starting,
+        pending,
         limited,
     }))
 }
@@ -236,13 +239,8 @@ async fn prepare(
         return Ok(None);
     };
     // Only a pending claim's: a bound one's Job made its volume already.
-    let pending = g
-        .claim
-        .spec
-        .as_ref()
-        .is_some_and(|s| s.volume_name.is_none());
     let source = match &request.data_source {
-        Some(ds) if pending && config.provisioner.data_sources.contains(&ds.kind_key()) => {
+        Some(ds) if g.pending && config.provisioner.data_sources.contains(&ds.kind_key()) => {
             Some(super::sources::resolve(ctx, &request, ds).await?)
         }
         _ => None,

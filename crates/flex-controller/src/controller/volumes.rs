@@ -183,7 +183,6 @@ struct Read {
     claim: Option<Option<PersistentVolumeClaim>>,
     record: Option<ConfigMap>,
     named_by_claim: Option<bool>,
-    record_read: bool,
 }
 
 impl super::drive::Pipeline for Deciding<'_, Gathered> {
@@ -219,7 +218,6 @@ impl super::drive::Pipeline for Deciding<'_, Gathered> {
         let (at, others) = (g.at.as_ref(), &g.others_naming);
         let named = super::reads::held_by_claim(ctx, &g.pv, at, r.record.as_ref(), others).await?;
         r.named_by_claim = Some(named);
-        r.record_read = true;
         Ok(true)
     }
 }
@@ -237,7 +235,7 @@ fn plan_with(g: &Gathered, ctx: &Context, r: &Read) -> Decision<VolumePlan> {
         },
         named_by_claim: r.named_by_claim.unwrap_or(!g.others_naming.is_empty()),
         claim_confirmed: r.claim.is_some(),
-        record_read: r.record_read,
+        record_read: r.named_by_claim.is_some(),
         provisioning: g.provisioning,
         jobs: g.jobs().collect(),
         pods: g.pods.iter().map(AsRef::as_ref).collect(),

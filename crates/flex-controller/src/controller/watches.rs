@@ -149,7 +149,7 @@ fn namespaced(client: &Client, opts: &Options) -> Namespaced {
             (Api::<Slim<Pod>>::namespaced(client.clone(), ns), |s| s.0),
             watcher::Config::default().labels(&ours),
             caches::trim_pod,
-            caches::pod_keys,
+            caches::object_keys,
             std::convert::identity,
         );
         n.pods.push(s);
