@@ -28,7 +28,8 @@ use crate::rendered::Rendered;
 pub const DEFAULT_JOB_TTL_SECONDS: i32 = 3600;
 
 impl JobRecipe {
-    fn from_config(config: &ClassConfig, rendered: &Rendered, node: Option<&NodeInfo>) -> Self {
+    /// The provisioning Job's: the ConfigMap's image, command and rendered arguments.
+    pub fn provision(config: &ClassConfig, rendered: &Rendered, node: Option<&NodeInfo>) -> Self {
         let p = &config.provisioner;
         JobRecipe {
             namespace: p.namespace.clone(),
@@ -48,16 +49,13 @@ impl JobRecipe {
         }
     }
 
-    pub fn provision(config: &ClassConfig, rendered: &Rendered, node: Option<&NodeInfo>) -> Self {
-        Self::from_config(config, rendered, node)
-    }
-
     /// `deprovision-image`/`-command`/`-args` where given, else the provisioning ones.
     pub fn deprovision(config: &ClassConfig, rendered: &Rendered, node: Option<&NodeInfo>) -> Self {
         let p = &config.provisioner;
-        Self::from_config(config, rendered, node).overridden(
-            &p.deprovision_image,
-            &p.deprovision_command,
+        let (image, command) = (&p.deprovision_image, &p.deprovision_command);
+        Self::provision(config, rendered, node).overridden(
+            image,
+            command,
             &rendered.deprovision_args,
         )
     }
@@ -65,11 +63,8 @@ impl JobRecipe {
     /// `expand-image`/`-command`/`-args` where given, else the provisioning ones.
     pub fn expand(config: &ClassConfig, rendered: &Rendered, node: Option<&NodeInfo>) -> Self {
         let p = &config.provisioner;
-        Self::from_config(config, rendered, node).overridden(
-            &p.expand_image,
-            &p.expand_command,
-            &rendered.expand_args,
-        )
+        let (image, command) = (&p.expand_image, &p.expand_command);
+        Self::provision(config, rendered, node).overridden(image, command, &rendered.expand_args)
     }
 
     /// This recipe with an action's own image, command and rendered arguments where the

@@ -257,10 +257,6 @@ async fn apply(g: &Gathered, ctx: &Context, step: VolumeStep) -> crate::Result<A
     Ok(match step {
         VolumeStep::Ignore => Action::await_change(),
         VolumeStep::Wait(wait) => Action::requeue(wait),
-        VolumeStep::Patch(patch) => {
-            apply.patch(&pvs, &g.name, &patch).await?;
-            Action::await_change()
-        }
         VolumeStep::KeepStorage { patch, mark_jobs } => {
             for (ns, job) in &mark_jobs {
                 apply.mark_pv_created(ns, job).await?;

@@ -427,40 +427,44 @@ pub fn path_prefixes(text: &str) -> Result<Vec<String>, String> {
 /// `allowed-nfs-servers`, `allowed-portals`, `allowed-monitors`: host names or addresses,
 /// with a port where the image reports one (`10.0.0.5:3260`, `[fd00::1]:6789`).
 pub fn hosts(text: &str) -> Result<Vec<String>, String> {
-    not_a_template(text)?;
-    let mut out = Vec::new();
-    for h in items(text) {
-        let ok = h.len() <= 261
+    let ok = |h: &str| {
+        h.len() <= 261
             && h.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b".-:[]_".contains(&b));
-        if !ok {
-            return Err(format!(
-                "`{h}` is not a host name or address (A-Z a-z 0-9 . - : [ ] _, with a port if the image reports one)"
-            ));
-        }
-        out.push(h.to_owned());
-    }
-    bounded(out)
+                .all(|b| b.is_ascii_alphanumeric() || b".-:[]_".contains(&b))
+    };
+    each(text, ok, |h| {
+        format!(
+            "`{h}` is not a host name or address (A-Z a-z 0-9 . - : [ ] _, with a port if the image reports one)"
+        )
+    })
 }
 
 /// `allowed-csi-drivers`: CSI driver names (at most 63 of alphanumerics, `-` and `.`,
 /// alphanumeric at both ends, as the CSI specification has them).
 pub fn csi_drivers(text: &str) -> Result<Vec<String>, String> {
-    not_a_template(text)?;
-    let mut out = Vec::new();
-    for d in items(text) {
-        let ends = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
-        let ok = d.len() <= 63
+    let ends = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    let ok = |d: &str| {
+        d.len() <= 63
             && ends(d.chars().next())
             && ends(d.chars().last())
             && d.chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
-        if !ok {
-            return Err(format!(
-                "`{d}` is not a CSI driver name (at most 63 of A-Z a-z 0-9 - ., alphanumeric at both ends), e.g. `ebs.csi.aws.com`"
-            ));
-        }
-        out.push(d.to_owned());
-    }
-    bounded(out)
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+    };
+    each(text, ok, |d| {
+        format!(
+            "`{d}` is not a CSI driver name (at most 63 of A-Z a-z 0-9 - ., alphanumeric at both ends), e.g. `ebs.csi.aws.com`"
+        )
+    })
+}
+
+/// The comma-separated items of `text`, each one `ok` says is well formed; the first that
+/// is not is the error `not` words.
+fn each(
+    text: &str,
+    ok: impl Fn(&str) -> bool,
+    not: impl Fn(&str) -> String,
+) -> Result<Vec<String>, String> {
+    not_a_template(text)?;
+    let checked = items(text).map(|i| if ok(i) { Ok(i.to_owned()) } else { Err(not(i)) });
+    bounded(checked.collect::<Result<_, _>>()?)
 }

@@ -20,7 +20,8 @@ use crate::job::{
     provision_job, report_of,
 };
 use crate::names::{
-    ANN_SELECTED_NODE, ANN_STORAGE_PROVISIONER, ANN_STORAGE_PROVISIONER_BETA, fnv1a32, pv_name,
+    ANN_SELECTED_NODE, ANN_STORAGE_PROVISIONER, ANN_STORAGE_PROVISIONER_BETA, annotation, fnv1a32,
+    pv_name,
 };
 use crate::recipe::JobRecipe;
 use crate::rendered::{RenderFailure, Rendered};
@@ -224,10 +225,6 @@ pub struct Plan {
     pub notices: Vec<Notice>,
 }
 
-fn annotation<'a>(claim: &'a PersistentVolumeClaim, key: &str) -> Option<&'a str> {
-    crate::names::annotation(&claim.metadata, key)
-}
-
 fn short_hash(s: &str) -> String {
     format!("{:08x}", fnv1a32(s.as_bytes()))
 }
@@ -255,8 +252,8 @@ pub fn is_ours(
     provisioner: &str,
 ) -> bool {
     class_provisioner == Some(provisioner)
-        && annotation(claim, ANN_STORAGE_PROVISIONER)
-            .or_else(|| annotation(claim, ANN_STORAGE_PROVISIONER_BETA))
+        && annotation(&claim.metadata, ANN_STORAGE_PROVISIONER)
+            .or_else(|| annotation(&claim.metadata, ANN_STORAGE_PROVISIONER_BETA))
             == Some(provisioner)
 }
 
@@ -384,7 +381,7 @@ fn recorded_attempt(
     claim: &PersistentVolumeClaim,
     latest_job: Option<u32>,
 ) -> (u32, Option<String>) {
-    let Some(text) = annotation(claim, ANN_ATTEMPT) else {
+    let Some(text) = annotation(&claim.metadata, ANN_ATTEMPT) else {
         return (0, None);
     };
     let valid = text
@@ -519,7 +516,14 @@ fn gate<'a>(i: &ClaimInputs<'a>) -> Result<Gated<'a>, Decision<Plan>> {
         && i.created_attempt.is_none()
         && !tolerates_cordon(config)
     {
-        return Err(node_cordoned(i, &node.name));
+        // Its Job, pinned there, would wait unscheduled for its whole timeout, holding one
+        // of the class's `max-concurrent` slots (a claim's author can write the
+        // selection): handed back to the scheduler, which chooses among schedulable nodes.
+        let why = format!(
+            "the node \"{}\" selected for this claim is cordoned, so its provisioning Job could not run there",
+            node.name
+        );
+        return Err(reschedule(i, &node.name, why));
     }
     Ok((stage, request, config))
 }
@@ -583,17 +587,6 @@ fn tolerates_cordon(config: &ClassConfig) -> bool {
             || (key.is_empty() && t.operator.as_deref() == Some("Exists"));
         matches && any_effect
     })
-}
-
-/// A node-local claim whose selected node is cordoned, before any attempt: its Job, pinned
-/// there, would wait unscheduled for its whole timeout, holding one of the class's
-/// `max-concurrent` slots (a claim's author can write the selection). Handed back to the
-/// scheduler, which chooses among schedulable nodes.
-fn node_cordoned(i: &ClaimInputs<'_>, node: &str) -> Decision<Plan> {
-    let why = format!(
-        "the node \"{node}\" selected for this claim is cordoned, so its provisioning Job could not run there"
-    );
-    reschedule(i, node, why)
 }
 
 /// A claim past the gate, with what its Jobs, pods and annotations say.
@@ -686,7 +679,7 @@ impl<'i, 'a> Judging<'i, 'a> {
     /// Whether the claim gave up on the inputs it has now; the digest is asked for only
     /// when the claim gave up on some.
     fn gave_up(&self) -> Result<bool, Ask> {
-        match annotation(self.i.claim, ANN_GAVE_UP) {
+        match annotation(&self.i.claim.metadata, ANN_GAVE_UP) {
             None => Ok(false),
             Some(on) => Ok(on == self.prepared()?.inputs_hash),
         }
@@ -705,8 +698,15 @@ impl<'i, 'a> Judging<'i, 'a> {
             Err(e) => {
                 let message = format!("cannot provision this claim: {e}");
                 let notices = std::mem::take(&mut self.notices);
-                let why = (reasons::FAILED, message, "Validate");
-                Err(blocked(&self.stage, "render", why.0, why.1, why.2, notices))
+                let stage = &self.stage;
+                Err(blocked(
+                    stage,
+                    "render",
+                    reasons::FAILED,
+                    message,
+                    "Validate",
+                    notices,
+                ))
             }
         }
     }
@@ -876,13 +876,10 @@ impl<'i, 'a> Judging<'i, 'a> {
 
     /// The PV is right: its bookkeeping, and the success notice while it is news.
     fn provisioned(mut self, pv: &PersistentVolume, patch: Option<Value>) -> Decision<Plan> {
-        let recent = self
-            .latest
-            .and_then(|j| j.status.as_ref()?.completion_time.as_ref())
-            .is_some_and(|t| {
-                let d = self.i.now.duration_since(t.0);
-                !d.is_negative() && d.unsigned_abs() < ANNOUNCE_WITHIN
-            });
+        let recent = self.latest.and_then(completion_of).is_some_and(|t| {
+            let d = self.i.now.duration_since(t);
+            !d.is_negative() && d.unsigned_abs() < ANNOUNCE_WITHIN
+        });
         let announce = self.stage == Stage::Pending || recent;
         let volume = pv_name(&self.request.uid);
         // A volume no Job of ours could have made gets neither our records (which would
@@ -930,10 +927,8 @@ impl<'i, 'a> Judging<'i, 'a> {
             if let Some(attempt) = self.i.created_attempt {
                 return plan(Step::Running { attempt }, self.notices);
             }
-            match self.gave_up() {
-                Ok(true) => return plan(BLOCKED, self.notices),
-                Ok(false) => {}
-                Err(ask) => return Err(ask),
+            if self.gave_up()? {
+                return plan(BLOCKED, self.notices);
             }
             // No Job at all: either none was made yet, or the last recorded failure's Job
             // was cleaned up by its TTL (the next attempt follows it), or it is not in the
@@ -962,8 +957,7 @@ impl<'i, 'a> Judging<'i, 'a> {
             }
             Some(JobOutcome::Succeeded) => match self.succeeded(job) {
                 Ok(failure) => failure,
-                Err(Ok(step)) => return plan(step, self.notices),
-                Err(Err(ask)) => return Err(ask),
+                Err(step) => return plan(step?, self.notices),
             },
             Some(JobOutcome::Failed(failure)) => failure,
         };
@@ -1070,9 +1064,10 @@ impl<'i, 'a> Judging<'i, 'a> {
         let attempt = self.attempt;
         let job_uid = job.metadata.uid.clone().unwrap_or_default();
         let prepared = self.prepared()?;
-        let gave_up = annotation(self.i.claim, ANN_GAVE_UP) == Some(prepared.inputs_hash.as_str());
-        let same_inputs = crate::names::annotation(&job.metadata, ANN_INPUTS)
-            .is_none_or(|h| h == prepared.inputs_hash);
+        let gave_up =
+            annotation(&self.i.claim.metadata, ANN_GAVE_UP) == Some(prepared.inputs_hash.as_str());
+        let same_inputs =
+            annotation(&job.metadata, ANN_INPUTS).is_none_or(|h| h == prepared.inputs_hash);
         let out_of_attempts = self
             .config
             .provisioner

@@ -103,9 +103,8 @@ pub enum VolumeStep {
     WriteRecord(Box<ConfigMap>),
     /// Start a deprovision Job (an existing one of the same name is adopted).
     CreateJob(Box<Job>),
-    /// A merge patch carrying `metadata.resourceVersion`: it fails with 409 if the PV changed.
-    Patch(Value),
-    /// The storage is gone: record it and drop our finalizer (a patch as above).
+    /// The storage is gone: record it and drop our finalizer (a merge patch carrying
+    /// `metadata.resourceVersion`: it fails with 409 if the PV changed).
     Finish(Value),
     /// Delete the PV object, provided it still has this uid (and, when given, this
     /// resourceVersion: the decision rested on that version).

@@ -13,14 +13,14 @@ pub enum Field {
     Value,
     /// A list of strings (`claim.accessModes`).
     List,
-    /// Free keys chosen by someone else (labels, annotations, class parameters).
-    Map {
-        user_controlled: bool,
-    },
+    /// Free keys an admin or a node chose (class parameters, node labels).
+    Map,
+    /// Free keys a claim's author chose (its labels and annotations).
+    UserMap,
     Object(&'static [(&'static str, Field)]),
 }
 
-use Field::{List, Map, Object, Value};
+use Field::{List, Map, Object, UserMap, Value};
 
 pub const SCHEMA: &[(&str, Field)] = &[
     (
@@ -29,18 +29,8 @@ pub const SCHEMA: &[(&str, Field)] = &[
             ("name", Value),
             ("namespace", Value),
             ("uid", Value),
-            (
-                "labels",
-                Map {
-                    user_controlled: true,
-                },
-            ),
-            (
-                "annotations",
-                Map {
-                    user_controlled: true,
-                },
-            ),
+            ("labels", UserMap),
+            ("annotations", UserMap),
             (
                 "size",
                 Object(&[("bytes", Value), ("mib", Value), ("gib", Value)]),
@@ -54,29 +44,13 @@ pub const SCHEMA: &[(&str, Field)] = &[
         "class",
         Object(&[
             ("name", Value),
-            (
-                "parameters",
-                Map {
-                    user_controlled: false,
-                },
-            ),
+            ("parameters", Map),
             ("reclaimPolicy", Value),
             ("mountOptions", List),
             ("volumeBindingMode", Value),
         ]),
     ),
-    (
-        "node",
-        Object(&[
-            ("name", Value),
-            (
-                "labels",
-                Map {
-                    user_controlled: false,
-                },
-            ),
-        ]),
-    ),
+    ("node", Object(&[("name", Value), ("labels", Map)])),
     ("provisioner", Object(&[("name", Value)])),
 ];
 
@@ -285,9 +259,9 @@ fn parameter(p: &Parameter, out: &mut Vec<Finding>, scopes: &[Scope], sanitised:
 /// Whether a field is, or holds, text a claim's author chose.
 fn holds_user_text(field: &Field) -> bool {
     match field {
-        Map { user_controlled } => *user_controlled,
+        UserMap => true,
         Object(children) => children.iter().any(|(_, f)| holds_user_text(f)),
-        Value | List => false,
+        Map | Value | List => false,
     }
 }
 
@@ -320,12 +294,8 @@ fn check_path(raw: &str, names: &[&str], out: &mut Vec<Finding>, sanitised: bool
                 return user_text(raw, out, sanitised);
             }
             Object(children) => fields = children,
-            Map { user_controlled } => {
-                if *user_controlled {
-                    user_text(raw, out, sanitised);
-                }
-                return;
-            }
+            UserMap => return user_text(raw, out, sanitised),
+            Map => return,
             Value | List => {
                 if !last {
                     out.push(Finding::UnknownVariable {

@@ -119,27 +119,18 @@ impl AllowedVolumes {
                 lists: what_key_lists(key),
             });
         }
+        let listed = |what, value, key| self.listed(kind, what, value, key);
         match kind {
             "hostPath" | "local" => self.below(kind, text(kind, body, "path")?, ALLOWED_PATHS)?,
             "nfs" => {
-                self.listed(
-                    kind,
-                    "server",
-                    text(kind, body, "server")?,
-                    ALLOWED_NFS_SERVERS,
-                )?;
+                listed("server", text(kind, body, "server")?, ALLOWED_NFS_SERVERS)?;
                 self.below(kind, text(kind, body, "path")?, ALLOWED_NFS_PATHS)?;
             }
-            "csi" => self.listed(
-                kind,
-                "driver",
-                text(kind, body, "driver")?,
-                ALLOWED_CSI_DRIVERS,
-            )?,
+            "csi" => listed("driver", text(kind, body, "driver")?, ALLOWED_CSI_DRIVERS)?,
             "iscsi" => {
                 let target = text(kind, body, "targetPortal")?;
                 for portal in std::iter::once(target).chain(strings(kind, body, "portals")?) {
-                    self.listed(kind, "portal", portal, ALLOWED_PORTALS)?;
+                    listed("portal", portal, ALLOWED_PORTALS)?;
                 }
             }
             "rbd" | "cephfs" => {
@@ -151,7 +142,7 @@ impl AllowedVolumes {
                     });
                 }
                 for monitor in monitors {
-                    self.listed(kind, "monitor", monitor, ALLOWED_MONITORS)?;
+                    listed("monitor", monitor, ALLOWED_MONITORS)?;
                 }
             }
             _ => {}

@@ -163,8 +163,7 @@ fn check(c: &Case<'_>, decided: &Decision<VolumePlan>) {
         (Expect::Job(n), VolumeStep::CreateJob(j)) => {
             attempt_of(j) == *n && j.metadata.namespace.as_deref() == Some("cfg")
         }
-        (Expect::DropFinalizer, VolumeStep::Patch(patch))
-        | (Expect::DropFinalizer, VolumeStep::KeepStorage { patch, .. }) => {
+        (Expect::DropFinalizer, VolumeStep::KeepStorage { patch, .. }) => {
             patch["metadata"]["finalizers"] == json!(["kubernetes.io/pv-protection"])
                 && patch["metadata"]["resourceVersion"] == "7"
         }
