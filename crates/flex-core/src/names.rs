@@ -154,11 +154,8 @@ pub fn job_name(action: Action, subject: &str, attempt: u32) -> String {
 pub fn sanitize_dns_label(input: &str, max: usize) -> String {
     let mut out = String::with_capacity(input.len().min(max));
     for c in input.chars().flat_map(char::to_lowercase) {
-        let c = if c.is_ascii_lowercase() || c.is_ascii_digit() {
-            c
-        } else {
-            '-'
-        };
+        // Lower-cased already: an ASCII letter left is a small one.
+        let c = Some(c).filter(char::is_ascii_alphanumeric).unwrap_or('-');
         if c == '-' && (out.is_empty() || out.ends_with('-')) {
             continue;
         }
@@ -217,15 +214,10 @@ pub fn is_env_name(s: &str) -> bool {
 /// The env name of a parameter key: upper-cased, every character other than A-Z and 0-9
 /// turned into `_` (`use-nfs-server` becomes `USE_NFS_SERVER`).
 pub fn parameter_env_name(key: &str) -> String {
-    key.chars()
-        .map(|c| {
-            let c = c.to_ascii_uppercase();
-            if c.is_ascii_uppercase() || c.is_ascii_digit() {
-                c
-            } else {
-                '_'
-            }
-        })
+    let upper = key.chars().map(|c| c.to_ascii_uppercase());
+    // Upper-cased already: an ASCII letter left is a capital.
+    upper
+        .map(|c| Some(c).filter(char::is_ascii_alphanumeric).unwrap_or('_'))
         .collect()
 }
 

@@ -36,43 +36,55 @@ pub fn record_name(pv_uid: &str) -> String {
     format!("flex-record-{pv_uid}")
 }
 
-/// The record for `pv`, from what the controller itself computed for its claim (the
-/// deprovision recipe and the rendered parameters), never from the PV as written.
+fn owner(api_version: &str, kind: &str, name: &str, uid: &str) -> OwnerReference {
+    let (api_version, kind) = (api_version.to_owned(), kind.to_owned());
+    let (name, uid) = (name.to_owned(), uid.to_owned());
+    OwnerReference {
+        api_version,
+        kind,
+        name,
+        uid,
+        ..Default::default()
+    }
+}
+
 /// The record also owned by the provisioning Job that made its volume, so it outlives the
 /// PV for as long as that Job exists: a Job with a record was not left without a PV by a
 /// claim deleted mid-provision (plan::orphan), whatever became of the PV since.
 pub fn with_job_owner(mut record: ConfigMap, job: &k8s_openapi::api::batch::v1::Job) -> ConfigMap {
     if let (Some(name), Some(uid)) = (&job.metadata.name, &job.metadata.uid) {
-        record
+        let owners = record
             .metadata
             .owner_references
-            .get_or_insert_with(Vec::new)
-            .push(OwnerReference {
-                api_version: "batch/v1".into(),
-                kind: "Job".into(),
-                name: name.clone(),
-                uid: uid.clone(),
-                ..Default::default()
-            });
+            .get_or_insert_with(Vec::new);
+        owners.push(owner("batch/v1", "Job", name, uid));
     }
     record
 }
 
+/// The record for `pv`, from what the controller itself computed for its claim (the
+/// deprovision recipe and the rendered parameters), never from the PV as written.
 pub fn build_record(
     pv: &PersistentVolume,
     recipe: &JobRecipe,
     expand: Option<&JobRecipe>,
     parameters_json: &str,
 ) -> Option<ConfigMap> {
-    let mut data = BTreeMap::new();
-    if let Some(expand) = expand {
-        data.insert(
-            KEY_EXPAND.to_owned(),
-            serde_json::to_string(expand).unwrap_or_default(),
-        );
-    }
     let uid = pv.metadata.uid.clone()?;
     let name = pv.metadata.name.clone()?;
+    let json = |r: &JobRecipe| serde_json::to_string(r).unwrap_or_default();
+    let mut data = BTreeMap::from([
+        (KEY_PV_NAME.to_owned(), name.clone()),
+        (KEY_PV_UID.to_owned(), uid.clone()),
+        (KEY_RECIPE.to_owned(), json(recipe)),
+        (KEY_PARAMETERS.to_owned(), parameters_json.to_owned()),
+    ]);
+    data.extend(expand.map(|e| (KEY_EXPAND.to_owned(), json(e))));
+    let claim_ref = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
+    data.extend(claim_ref.and_then(|r| {
+        let at = format!("{}/{}", r.namespace.as_ref()?, r.name.as_ref()?);
+        Some((KEY_CLAIM.to_owned(), at))
+    }));
     Some(ConfigMap {
         metadata: ObjectMeta {
             name: Some(record_name(&uid)),
@@ -84,33 +96,10 @@ pub fn build_record(
                 // `with_job_owner`): the evidence that a PV was made for it.
                 (crate::names::LABEL_VOLUME.to_owned(), name.clone()),
             ])),
-            owner_references: Some(vec![OwnerReference {
-                api_version: "v1".into(),
-                kind: "PersistentVolume".into(),
-                name: name.clone(),
-                uid: uid.clone(),
-                ..Default::default()
-            }]),
+            owner_references: Some(vec![owner("v1", "PersistentVolume", &name, &uid)]),
             ..Default::default()
         },
-        data: Some({
-            data.extend([
-                (KEY_PV_NAME.to_owned(), name),
-                (KEY_PV_UID.to_owned(), uid),
-                (
-                    KEY_RECIPE.to_owned(),
-                    serde_json::to_string(recipe).unwrap_or_default(),
-                ),
-                (KEY_PARAMETERS.to_owned(), parameters_json.to_owned()),
-            ]);
-            let claim_ref = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
-            if let Some((ns, n)) =
-                claim_ref.and_then(|r| Some((r.namespace.as_ref()?, r.name.as_ref()?)))
-            {
-                data.insert(KEY_CLAIM.to_owned(), format!("{ns}/{n}"));
-            }
-            data
-        }),
+        data: Some(data),
         ..Default::default()
     })
 }
@@ -128,13 +117,14 @@ pub fn record_from_job(
     let recipe = crate::recipe::recipe_of(job, ANN_DEPROVISION_SPEC)?;
     let parameters = env_of(job, "PARAMETERS").unwrap_or_else(|| "{}".into());
     let claim_uid = crate::volume::claim_uid;
-    let after = match (
+    let (started, created) = (
         &job.metadata.creation_timestamp,
         &pv.metadata.creation_timestamp,
-    ) {
-        (Some(started), Some(created)) => started.0 <= created.0,
-        _ => false,
-    };
+    );
+    let after = started
+        .as_ref()
+        .zip(created.as_ref())
+        .is_some_and(|(s, c)| s.0 <= c.0);
     (after
         && template.metadata.name == pv.metadata.name
         && claim_uid(&template).is_some()

@@ -78,13 +78,12 @@ pub fn render_for_claim(
     );
     // One budget for the whole claim: every value renders within what is left of it.
     let budget = std::cell::RefCell::new(Budget::new());
+    let failed = |key: &str, error| RenderFailure {
+        key: key.to_owned(),
+        error,
+    };
     let one = |key: &str, source: &str| {
-        template::render_within(source, &ctx, &mut budget.borrow_mut()).map_err(|error| {
-            RenderFailure {
-                key: key.to_owned(),
-                error,
-            }
-        })
+        template::render_within(source, &ctx, &mut budget.borrow_mut()).map_err(|e| failed(key, e))
     };
     let list =
         |key: &str, entries: &Option<Vec<String>>| -> Result<Option<Vec<String>>, RenderFailure> {
@@ -99,10 +98,9 @@ pub fn render_for_claim(
                 .transpose()
         };
     let p = &config.provisioner;
-    let mut parameters = BTreeMap::new();
-    for (key, param) in &p.parameters {
-        parameters.insert(key.clone(), one(key, param)?);
-    }
+    let parameters = (p.parameters.iter())
+        .map(|(key, param)| Ok((key.clone(), one(key, param)?)))
+        .collect::<Result<BTreeMap<_, _>, _>>()?;
     let volume_directory = p
         .volume_layout
         .as_ref()
@@ -111,10 +109,7 @@ pub fn render_for_claim(
             let directory = one(key, &layout.directory)?;
             match crate::isolation::directory_problem(&directory) {
                 None => Ok(directory),
-                Some(why) => Err(RenderFailure {
-                    key: key.to_owned(),
-                    error: TemplateError::Render(why),
-                }),
+                Some(why) => Err(failed(key, TemplateError::Render(why))),
             }
         })
         .transpose()?;

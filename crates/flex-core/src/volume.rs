@@ -21,10 +21,8 @@ use crate::names::{
 /// Whether a PV carries our finalizer: the controller verified it and holds its storage
 /// until a deprovision Job removed it.
 pub fn verified(pv: &PersistentVolume) -> bool {
-    let finalizers = pv.metadata.finalizers.iter().flatten();
-    finalizers
-        .into_iter()
-        .any(|f| f == crate::names::FINALIZER_DEPROVISION)
+    let mut finalizers = pv.metadata.finalizers.iter().flatten();
+    finalizers.any(|f| f == crate::names::FINALIZER_DEPROVISION)
 }
 
 /// The uid of the claim a PV's claimRef names.
@@ -122,9 +120,7 @@ pub fn pv_with_source(
         .get_mut("spec")
         .and_then(serde_json::Value::as_object_mut)
     {
-        for (k, v) in source {
-            spec.insert(k.clone(), v.clone());
-        }
+        spec.extend(source.clone());
     }
     serde_json::from_value(pv).map_err(invalid)
 }
@@ -243,17 +239,18 @@ fn bookkeeping_patch(
     pv: &PersistentVolume,
     template: &PersistentVolume,
 ) -> Option<serde_json::Value> {
-    let have_ann = pv.metadata.annotations.clone().unwrap_or_default();
-    let have_labels = pv.metadata.labels.clone().unwrap_or_default();
-    let missing = |want: &Option<BTreeMap<String, String>>, have: &BTreeMap<String, String>| {
+    type Map = Option<BTreeMap<String, String>>;
+    let missing = |want: &Map, have: &Map| {
+        let has = |k: &String| have.as_ref().is_some_and(|h| h.contains_key(k));
         want.iter()
             .flatten()
-            .filter(|(k, _)| !have.contains_key(*k))
+            .filter(|(k, _)| !has(k))
             .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
             .collect::<serde_json::Map<_, _>>()
     };
-    let annotations = missing(&template.metadata.annotations, &have_ann);
-    let labels = missing(&template.metadata.labels, &have_labels);
+    let (want, have) = (&template.metadata, &pv.metadata);
+    let annotations = missing(&want.annotations, &have.annotations);
+    let labels = missing(&want.labels, &have.labels);
     let mut finalizers = pv.metadata.finalizers.clone().unwrap_or_default();
     let add_finalizer = !verified(pv) && pv.metadata.deletion_timestamp.is_none();
     if annotations.is_empty() && labels.is_empty() && !add_finalizer {
@@ -261,20 +258,15 @@ fn bookkeeping_patch(
     }
     // The resourceVersion makes the patch fail rather than drop a finalizer or annotation
     // someone added since our cache saw the PV.
-    let mut meta = serde_json::Map::new();
-    meta.insert(
-        "resourceVersion".into(),
-        serde_json::json!(pv.metadata.resource_version),
-    );
-    if !annotations.is_empty() {
-        meta.insert("annotations".into(), annotations.into());
-    }
-    if !labels.is_empty() {
-        meta.insert("labels".into(), labels.into());
+    let mut meta = serde_json::json!({"resourceVersion": pv.metadata.resource_version});
+    for (key, missing) in [("annotations", annotations), ("labels", labels)] {
+        if !missing.is_empty() {
+            meta[key] = missing.into();
+        }
     }
     if add_finalizer {
         finalizers.push(FINALIZER_DEPROVISION.to_owned());
-        meta.insert("finalizers".into(), serde_json::json!(finalizers));
+        meta["finalizers"] = serde_json::json!(finalizers);
     }
     Some(serde_json::json!({ "metadata": meta }))
 }

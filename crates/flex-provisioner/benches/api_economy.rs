@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::cluster::Cluster;
-use common::provisioning::{CONTROLLER_NS, NS, all_bound, burst, class, sandbox_with};
+use common::provisioning::{CONTROLLER_NS, NS, all_bound, burst, class, reconciles, sandbox_with};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, DeleteParams, ListParams};
 use process::{cpu_seconds, memory_mib};
@@ -102,6 +102,25 @@ fn report(sb: &Cluster, counter: &Counter, what: &str, n: usize) -> f64 {
     total as f64 / n as f64
 }
 
+/// The controller's reconciles of claims and of volumes so far.
+async fn looks(addr: std::net::SocketAddr) -> [u64; 2] {
+    [
+        reconciles(addr, "claim").await,
+        reconciles(addr, "volume").await,
+    ]
+}
+
+/// Reconciles per volume from `before` to now, as the report prints them.
+async fn looks_per_volume(addr: std::net::SocketAddr, before: [u64; 2], n: usize) -> String {
+    let now = looks(addr).await;
+    let per = |i: usize| (now[i] - before[i]) as f64 / n as f64;
+    format!(
+        "{:.1} claim and {:.1} volume reconciles per volume",
+        per(0),
+        per(1)
+    )
+}
+
 /// Waits until the controller has used no CPU for `quiet` (its last events and writes done).
 async fn settle(pid: u32, quiet: Duration) {
     process::settle(pid, quiet, Duration::from_secs(600)).await;
@@ -156,7 +175,7 @@ async fn round(n: usize) {
     );
 
     counter.reset(&sb);
-    let cpu = cpu_seconds(pid);
+    let (cpu, looked) = (cpu_seconds(pid), looks(addr).await);
     let t = Instant::now();
     burst(&sb, "b", n, "bench").await;
     all_bound(&sb, n, 1800).await;
@@ -164,6 +183,7 @@ async fn round(n: usize) {
     // Bound is not the end: the success event and the record follow.
     settle(pid, Duration::from_secs(3)).await;
     let cpu_provision = cpu_seconds(pid) - cpu;
+    let provision_looks = looks_per_volume(addr, looked, n).await;
     println!("  {n} claims bound in {bound_in:.1?}");
     let per_provisioned = report(&sb, &counter, "provisioning", n);
 
@@ -173,7 +193,7 @@ async fn round(n: usize) {
     println!("  idle for 20 s with {n} volumes bound: {idle} requests");
 
     counter.reset(&sb);
-    let cpu = cpu_seconds(pid);
+    let (cpu, looked) = (cpu_seconds(pid), looks(addr).await);
     let t = Instant::now();
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(sb.client().unwrap(), "default");
     claims
@@ -197,6 +217,7 @@ async fn round(n: usize) {
     let gone_in = t.elapsed();
     settle(pid, Duration::from_secs(3)).await;
     let cpu_deprovision = cpu_seconds(pid) - cpu;
+    let deprovision_looks = looks_per_volume(addr, looked, n).await;
     println!("  {n} volumes deprovisioned and gone in {gone_in:.1?}");
     let per_deprovisioned = report(&sb, &counter, "deprovisioning", n);
     println!(
@@ -205,6 +226,7 @@ async fn round(n: usize) {
         cpu_deprovision * 1000.0 / n as f64,
         memory_mib(pid).1
     );
+    println!("  provisioning: {provision_looks}; deprovisioning: {deprovision_looks}");
     println!(
         "  summary N={n}: bound in {bound_in:.1?}, {per_provisioned:.2} req/provisioned, {per_deprovisioned:.2} req/deprovisioned, idle {idle}"
     );

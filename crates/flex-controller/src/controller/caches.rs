@@ -356,14 +356,8 @@ pub fn trim_volume(provisioner: &str) -> impl Fn(&mut PersistentVolume) + Send +
 
 /// Whether a PV is named `pvc-<uid of the claim its claimRef names>`.
 fn is_claims_volume(pv: &PersistentVolume) -> bool {
-    let uid = pv
-        .spec
-        .as_ref()
-        .and_then(|s| s.claim_ref.as_ref())
-        .and_then(|r| r.uid.as_deref());
-    uid.is_some_and(|uid| {
-        pv.metadata.name.as_deref() == Some(flex_core::names::pv_name(uid).as_str())
-    })
+    let name = flex_core::volume::claim_uid(pv).map(flex_core::names::pv_name);
+    name.is_some_and(|n| pv.metadata.name.as_deref() == Some(n.as_str()))
 }
 
 /// A node is read for its name and labels (templates and node affinity) and whether it is

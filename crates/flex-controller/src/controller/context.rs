@@ -53,12 +53,6 @@ impl Context {
         }
     }
 
-    /// Waits until every store has had its first full list, so decisions never rest on a
-    /// half-filled cache (a class that "does not exist" only because it was not listed yet).
-    pub async fn ready(&self) {
-        self.readiness.wait().await;
-    }
-
     /// The one future that waits on the stores themselves and opens `readiness`.
     pub async fn open_when_synced(&self) {
         let c = &self.caches;

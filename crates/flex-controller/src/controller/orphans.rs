@@ -24,28 +24,12 @@ const AT_ONCE: usize = 8;
 /// How soon a Job waiting for its report is looked into again.
 const RECHECK: Duration = Duration::from_secs(1);
 
-/// Jobs looked into again later, and when each was first found waiting: a Job never holds
-/// one of the `AT_ONCE` slots while it waits.
-#[derive(Default)]
-struct Waiting {
-    since: std::sync::Mutex<std::collections::HashMap<String, tokio::time::Instant>>,
-}
-
-impl Waiting {
-    /// When the Job was first found waiting (now, the first time).
-    fn since(&self, uid: &str) -> tokio::time::Instant {
-        let mut m = crate::lock(&self.since);
-        *m.entry(uid.to_owned())
-            .or_insert_with(tokio::time::Instant::now)
-    }
-
-    fn done(&self, uid: &str) {
-        crate::lock(&self.since).remove(uid);
-    }
-}
+/// Jobs looked into again later, by uid, and when each was first found waiting: a Job
+/// never holds one of the `AT_ONCE` slots while it waits.
+type Waiting = std::sync::Mutex<std::collections::HashMap<String, tokio::time::Instant>>;
 
 pub(super) async fn run(jobs: impl Stream<Item = Result<Job, watcher::Error>>, ctx: Arc<Context>) {
-    ctx.ready().await;
+    ctx.readiness.wait().await;
     let waiting = Arc::new(Waiting::default());
     let (again_tx, again_rx) = futures::channel::mpsc::unbounded::<Job>();
     let jobs = jobs.filter_map(|j| async move { j.ok() });
@@ -54,7 +38,9 @@ pub(super) async fn run(jobs: impl Stream<Item = Result<Job, watcher::Error>>, c
             let (ctx, waiting, again) = (ctx.clone(), waiting.clone(), again_tx.clone());
             async move {
                 let uid = job.uid().unwrap_or_default();
-                match look_into(&ctx, &job, waiting.since(&uid)).await {
+                let since = *(crate::lock(&waiting).entry(uid.clone()))
+                    .or_insert_with(tokio::time::Instant::now);
+                match look_into(&ctx, &job, since).await {
                     Ok(Some(wait)) => {
                         // Off the slot: the Job comes back through the stream.
                         tokio::spawn(async move {
@@ -62,9 +48,9 @@ pub(super) async fn run(jobs: impl Stream<Item = Result<Job, watcher::Error>>, c
                             let _ = again.unbounded_send(job);
                         });
                     }
-                    Ok(None) => waiting.done(&uid),
+                    Ok(None) => drop(crate::lock(&waiting).remove(&uid)),
                     Err(e) => {
-                        waiting.done(&uid);
+                        crate::lock(&waiting).remove(&uid);
                         tracing::debug!(job = %job.name_any(), error = %e, "orphaned Job not handled yet; the next change of it retries");
                     }
                 }

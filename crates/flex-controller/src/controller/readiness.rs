@@ -25,7 +25,9 @@ impl Default for Readiness {
 }
 
 impl Readiness {
-    /// Returns once every store has synced (at once when they already have).
+    /// Returns once every store has synced (at once when they already have), so decisions
+    /// never rest on a half-filled cache (a class that "does not exist" only because it was
+    /// not listed yet).
     pub async fn wait(&self) {
         let mut rx = self.tx.subscribe();
         // The sender lives as long as `self`, so this only returns once ready.

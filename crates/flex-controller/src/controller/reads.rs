@@ -105,14 +105,9 @@ pub(super) async fn claims_pods(
         .map_err(crate::Error::read(format!(
             "the pods of claim uid {uid} in {namespace}"
         )))?;
-    Ok(list
-        .items
-        .into_iter()
-        .map(|mut p| {
-            trim_pod(&mut p);
-            p
-        })
-        .collect())
+    let mut pods = list.items;
+    pods.iter_mut().for_each(trim_pod);
+    Ok(pods)
 }
 
 /// Whether a claim holds `pv` against deprovisioning (`plan::volume::claim_holds`): the

@@ -47,7 +47,7 @@ pub async fn reconcile_volume(
     cached: Arc<super::compact::Compact<PersistentVolume>>,
     ctx: Arc<Context>,
 ) -> crate::Result<Action> {
-    ctx.ready().await;
+    ctx.readiness.wait().await;
     let Some(pv) = cached.full().map(Arc::new) else {
         return Ok(Action::await_change());
     };

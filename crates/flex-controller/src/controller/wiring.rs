@@ -164,7 +164,7 @@ async fn controllers(
 /// active-Jobs gauge.
 async fn upkeep(ctx: Arc<Context>, health: Arc<crate::http::Health>) {
     let mark_ready = async {
-        ctx.ready().await;
+        ctx.readiness.wait().await;
         health.ready.store(true, Ordering::Relaxed);
     };
     futures::join!(
@@ -182,7 +182,7 @@ async fn claim_pipelines(
     claim: Arc<Compact<PersistentVolumeClaim>>,
     ctx: Arc<Context>,
 ) -> crate::Result<Action> {
-    ctx.ready().await;
+    ctx.readiness.wait().await;
     let provisioning = reconcile::reconcile(claim.clone(), ctx.clone()).await;
     let growth = expansion::reconcile(claim, ctx).await;
     let again = provisioning?.into_iter().chain(growth?).min();

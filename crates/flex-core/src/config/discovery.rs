@@ -4,16 +4,12 @@
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::problem::Problem;
-use crate::names::{CONFIG_TYPE_VALUE, LABEL_CONFIG_CLASS, LABEL_CONFIG_TYPE};
-
-fn label<'a>(cm: &'a ConfigMap, key: &str) -> Option<&'a str> {
-    crate::names::label(&cm.metadata, key)
-}
+use crate::names::{CONFIG_TYPE_VALUE, LABEL_CONFIG_CLASS, LABEL_CONFIG_TYPE, label};
 
 /// Whether a ConfigMap is a provisioner configuration for `class` that this provisioner serves.
 pub fn is_config_map_for_class(cm: &ConfigMap, class: &str, provisioner_name: &str) -> bool {
-    label(cm, LABEL_CONFIG_TYPE) == Some(CONFIG_TYPE_VALUE)
-        && label(cm, LABEL_CONFIG_CLASS) == Some(class)
+    label(&cm.metadata, LABEL_CONFIG_TYPE) == Some(CONFIG_TYPE_VALUE)
+        && label(&cm.metadata, LABEL_CONFIG_CLASS) == Some(class)
         && cm
             .data
             .as_ref()

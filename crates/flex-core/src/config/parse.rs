@@ -95,16 +95,10 @@ fn parse(cm: &ConfigMap, options: &ParseOptions) -> Verdict {
         ));
     }
     let config = p.build(cm, &data, storage_class);
-    if let Some(c) = &config {
-        p.problems.extend(privilege::check(c, options));
-    }
+    p.problems.extend(privilege::check(&config, options));
     let has_errors = p.problems.iter().any(Problem::is_error);
     Verdict::Checked {
-        config: if has_errors {
-            None
-        } else {
-            config.map(Box::new)
-        },
+        config: (!has_errors).then(|| Box::new(config)),
         problems: p.problems,
     }
 }
@@ -268,7 +262,7 @@ impl Parser {
         cm: &ConfigMap,
         data: &BTreeMap<String, String>,
         storage_class: String,
-    ) -> Option<ProvisionerConfig> {
+    ) -> ProvisionerConfig {
         let mut c = defaults(cm, storage_class);
         let mut read = Read::default();
         let parameters = data.keys().filter(|k| !is_reserved(k)).count();
@@ -285,7 +279,7 @@ impl Parser {
             self.read_key(&mut c, &mut read, key, raw);
         }
         self.check_whole(&mut c, data, read);
-        Some(c)
+        c
     }
 
     /// One key of the ConfigMap into `c` (the image and the parameters' env names into

@@ -181,15 +181,10 @@ fn merge_value(base: &mut Value, overlay: &Value, key: &str) {
     match (base, overlay) {
         (Value::Object(b), Value::Object(o)) => {
             for (k, ov) in o {
-                if k == "securityContext" {
-                    b.insert(k.clone(), ov.clone());
-                    continue;
-                }
+                // A securityContext is replaced whole, never merged.
                 match b.get_mut(k) {
-                    Some(bv) => merge_value(bv, ov, k),
-                    None => {
-                        b.insert(k.clone(), ov.clone());
-                    }
+                    Some(bv) if k != "securityContext" => merge_value(bv, ov, k),
+                    _ => drop(b.insert(k.clone(), ov.clone())),
                 }
             }
         }

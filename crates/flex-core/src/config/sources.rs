@@ -90,23 +90,20 @@ pub(super) fn items(text: &str) -> impl Iterator<Item = &str> {
 
 /// `volume-sources: "local,hostPath"` (a YAML list such as `[local, hostPath]` also reads).
 pub fn volume_sources(text: &str) -> Result<BTreeSet<String>, String> {
-    let mut out = BTreeSet::new();
-    for part in items(text) {
-        match PV_SOURCE_TYPES
+    let known = |part: &str| {
+        PV_SOURCE_TYPES
             .iter()
             .find(|t| t.eq_ignore_ascii_case(part))
-        {
-            Some(t) if *t == part => {
-                out.insert(part.to_owned());
-            }
-            Some(t) => return Err(format!("`{part}` is spelt `{t}` in a PersistentVolume")),
-            None => {
-                return Err(format!(
-                    "`{part}` is not a PersistentVolume source type; use the field names of a PV's spec, e.g. `nfs`, `iscsi`, `csi`, `local`, `hostPath`"
-                ));
-            }
-        }
-    }
+    };
+    let out = (items(text))
+        .map(|part| match known(part) {
+            Some(t) if *t == part => Ok(part.to_owned()),
+            Some(t) => Err(format!("`{part}` is spelt `{t}` in a PersistentVolume")),
+            None => Err(format!(
+                "`{part}` is not a PersistentVolume source type; use the field names of a PV's spec, e.g. `nfs`, `iscsi`, `csi`, `local`, `hostPath`"
+            )),
+        })
+        .collect::<Result<BTreeSet<_>, _>>()?;
     if out.is_empty() {
         return Err("lists no volume source type".into());
     }

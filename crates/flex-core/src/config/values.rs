@@ -73,20 +73,15 @@ pub fn integer(text: &str, min: u32, max: u32) -> Result<u32, String> {
 /// Exit codes from 1 to 255; 0 means success and can never be permanent. An empty value
 /// means no exit code is permanent.
 pub fn exit_codes(text: &str) -> Result<BTreeSet<i32>, String> {
-    let mut codes = BTreeSet::new();
-    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        match part.parse::<i32>() {
-            Ok(n) if (1..=255).contains(&n) => {
-                codes.insert(n);
-            }
-            _ => {
-                return Err(format!(
-                    "`{part}` is not an exit code from 1 to 255; write a comma-separated list such as `2,3`"
-                ));
-            }
-        }
-    }
-    Ok(codes)
+    let parts = text.split(',').map(str::trim).filter(|p| !p.is_empty());
+    parts
+        .map(|part| match part.parse::<i32>() {
+            Ok(n) if (1..=255).contains(&n) => Ok(n),
+            _ => Err(format!(
+                "`{part}` is not an exit code from 1 to 255; write a comma-separated list such as `2,3`"
+            )),
+        })
+        .collect()
 }
 
 /// `key=value[,key=value...]`, each a valid label key and value.
@@ -125,19 +120,16 @@ pub fn string_list(text: &str) -> Result<Vec<String>, String> {
         let list: Vec<serde_yaml_ng::Value> = serde_yaml_ng::from_str(s).map_err(|e| {
             format!("is not a valid list ({e}); write e.g. `[\"/bin/provision\", \"--verbose\"]`")
         })?;
-        let mut out = Vec::with_capacity(list.len());
-        for item in list {
-            match item {
-                serde_yaml_ng::Value::String(v) => out.push(v),
-                serde_yaml_ng::Value::Number(n) => out.push(n.to_string()),
-                serde_yaml_ng::Value::Bool(b) => out.push(b.to_string()),
-                other => {
-                    return Err(format!(
-                        "has an entry that is not a string ({other:?}); quote every entry"
-                    ));
-                }
-            }
-        }
+        let out = (list.into_iter())
+            .map(|item| match item {
+                serde_yaml_ng::Value::String(v) => Ok(v),
+                serde_yaml_ng::Value::Number(n) => Ok(n.to_string()),
+                serde_yaml_ng::Value::Bool(b) => Ok(b.to_string()),
+                other => Err(format!(
+                    "has an entry that is not a string ({other:?}); quote every entry"
+                )),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         if out.is_empty() {
             return Err("is an empty list; remove the key to use the image's default".into());
         }

@@ -57,11 +57,7 @@ pub fn read(
         )
     };
     let Some(template) = template else {
-        return err(
-            VOLUME_BASE_KEY,
-            format!("names volume `{base}`, but there is no pod-template"),
-            fix,
-        );
+        return names("but there is no pod-template");
     };
     let Some(volume) = isolation::pod_volume(template, base) else {
         return names("which the pod-template does not declare");

@@ -79,6 +79,11 @@ fn bytes_of(q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>)
         .map(|b| u128::from(b.0))
 }
 
+/// The `storage` entry of a map of resources.
+fn storage_of<T>(resources: Option<&std::collections::BTreeMap<String, T>>) -> Option<&T> {
+    resources?.get("storage")
+}
+
 /// The claim's status conditions without the resizer's, plus `extra`.
 fn conditions_with(claim: &PersistentVolumeClaim, extra: Option<Value>) -> Value {
     let mut out: Vec<Value> = claim
@@ -173,39 +178,24 @@ fn growth<'a>(i: &ExpandInputs<'a>) -> Option<Growth<'a>> {
     if !ours || !bound_to_it || claim.metadata.deletion_timestamp.is_some() || !i.class_allows {
         return None;
     }
-    let requested_q = spec
-        .resources
-        .as_ref()
-        .and_then(|r| r.requests.as_ref())
-        .and_then(|r| r.get("storage"));
+    let requested_q = storage_of(spec.resources.as_ref().and_then(|r| r.requests.as_ref()));
     let requested = bytes_of(requested_q)?;
-    let current = bytes_of(status.capacity.as_ref().and_then(|c| c.get("storage")))?;
+    let current = bytes_of(storage_of(status.capacity.as_ref()))?;
     if requested <= current {
         return None;
     }
     // Marked infeasible for this very size: given up until the request changes (also once
     // the failed Job is gone, and without rewriting the status it already shows).
-    let infeasible = status
-        .allocated_resource_statuses
-        .as_ref()
-        .and_then(|s| s.get("storage"))
+    let infeasible = storage_of(status.allocated_resource_statuses.as_ref())
         .is_some_and(|s| s == RESIZE_INFEASIBLE);
-    let allocated = bytes_of(
-        status
-            .allocated_resources
-            .as_ref()
-            .and_then(|a| a.get("storage")),
-    );
+    let allocated = bytes_of(storage_of(status.allocated_resources.as_ref()));
     if infeasible && allocated == Some(requested) {
         return None;
     }
-    let pv_capacity = bytes_of(
-        pv.spec
-            .as_ref()
-            .and_then(|s| s.capacity.as_ref())
-            .and_then(|c| c.get("storage")),
-    )
-    .unwrap_or(0);
+    let pv_capacity = bytes_of(storage_of(
+        pv.spec.as_ref().and_then(|s| s.capacity.as_ref()),
+    ));
+    let pv_capacity = pv_capacity.unwrap_or(0);
     Some(Growth {
         claim,
         pv,

@@ -63,12 +63,9 @@ pub enum OrphanStep {
 /// change; the rest needs the API server.
 pub fn is_candidate(job: &Job) -> bool {
     let pv_created = crate::names::annotation(&job.metadata, ANN_PV_CREATED).is_some();
-    let provision = job
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(crate::names::Action::of)
-        == Some(crate::names::Action::Provision);
+    let labels = job.metadata.labels.as_ref();
+    let provision =
+        labels.and_then(crate::names::Action::of) == Some(crate::names::Action::Provision);
     provision
         && !pv_created
         // Success is in the Job's conditions; pods only add failure messages.

@@ -7,13 +7,7 @@ use crate::config::StorageClassInfo;
 
 /// A rendered-ready context. Built once per claim and shared by every parameter.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Context(Value);
-
-impl Context {
-    pub fn as_json(&self) -> &Value {
-        &self.0
-    }
-}
+pub struct Context(pub(super) Value);
 
 pub fn build(
     claim: &ClaimRequest,

@@ -73,7 +73,7 @@ fn walk(elements: &[TemplateElement], depth: usize) -> Result<(), TemplateError>
                         "blocks are nested more than {MAX_NESTING} deep"
                     )));
                 }
-                if name_is_dynamic(&ht.name) {
+                if matches!(ht.name, Parameter::Subexpression(_)) {
                     return Err(TemplateError::Unsupported(
                         "blocks whose helper is chosen at render time".into(),
                     ));
@@ -86,8 +86,4 @@ fn walk(elements: &[TemplateElement], depth: usize) -> Result<(), TemplateError>
         }
     }
     Ok(())
-}
-
-fn name_is_dynamic(p: &Parameter) -> bool {
-    matches!(p, Parameter::Subexpression(_))
 }

@@ -100,8 +100,8 @@ pub fn render_within(
 ) -> Result<String, TemplateError> {
     use handlebars::Renderable;
     let template = compile(source)?;
-    let data = handlebars::Context::wraps(context.as_json())
-        .map_err(|e| TemplateError::Render(e.to_string()))?;
+    let data =
+        handlebars::Context::wraps(&context.0).map_err(|e| TemplateError::Render(e.to_string()))?;
     let _installed = budget::Installed::new(budget);
     let mut out = Budgeted::default();
     let result = contained(|| {
