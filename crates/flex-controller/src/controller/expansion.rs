@@ -31,10 +31,10 @@ type Read = Option<Result<Record, RecordError>>;
 
 /// One claim's expansion; then when to look again (`None`: on its next change).
 pub async fn reconcile(
-    cached: Arc<super::compact::Compact<PersistentVolumeClaim>>,
+    claim: Arc<PersistentVolumeClaim>,
     ctx: Arc<Context>,
 ) -> crate::Result<Option<Duration>> {
-    let Some(g) = cached.full().and_then(|claim| gather(claim, &ctx)) else {
+    let Some(g) = gather(claim, &ctx) else {
         return Ok(None);
     };
     let pipeline = Deciding { g: &g, ctx: &ctx };
@@ -80,12 +80,9 @@ impl super::drive::Pipeline for Deciding<'_, Gathered> {
 
 /// Only a claim bound to a volume of ours in a class that allows expansion is worth
 /// scanning the Job and pod caches for (the plan would ignore the others anyway).
-fn gather(claim: PersistentVolumeClaim, ctx: &Context) -> Option<Gathered> {
+fn gather(claim: Arc<PersistentVolumeClaim>, ctx: &Context) -> Option<Gathered> {
     let volume = claim.spec.as_ref()?.volume_name.as_deref()?;
-    let pv = ctx
-        .caches
-        .volume(volume)
-        .filter(|pv| flex_core::volume::provisioned_by(pv, &ctx.opts.provisioner_name))?;
+    // The class first: a cached PV is parsed from its text to be read.
     let class_allows = flex_core::claim::class_of(&claim)
         .and_then(|c| ctx.caches.classes.get(&ObjectRef::new(c)))
         .and_then(|sc| sc.allow_volume_expansion)
@@ -93,13 +90,17 @@ fn gather(claim: PersistentVolumeClaim, ctx: &Context) -> Option<Gathered> {
     if !class_allows {
         return None;
     }
+    let pv = ctx
+        .caches
+        .volume(volume)
+        .filter(|pv| flex_core::volume::provisioned_by(pv, &ctx.opts.provisioner_name))?;
     let uid = claim.uid().unwrap_or_default();
     let mut jobs = ctx.caches.jobs_by(&super::caches::by_claim(&uid));
     jobs.retain(|j| Action::of(j.labels()) == Some(Action::Expand));
     let mut pods = ctx.caches.pods_by(&super::caches::by_claim(&uid));
     pods.retain(|p| Action::of(p.labels()) == Some(Action::Expand));
     Some(Gathered {
-        claim: Arc::new(claim),
+        claim,
         pv,
         jobs,
         pods,

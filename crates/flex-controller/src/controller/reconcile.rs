@@ -23,12 +23,9 @@ use flex_core::plan::{Ask, Decision};
 /// One claim's provisioning: gather, decide (reading from the API server what the plan
 /// asks for), tell, apply; then when to look again (`None`: on its next change).
 pub async fn reconcile(
-    cached: Arc<super::compact::Compact<PersistentVolumeClaim>>,
+    claim: Arc<PersistentVolumeClaim>,
     ctx: Arc<Context>,
 ) -> crate::Result<Option<Duration>> {
-    let Some(claim) = cached.full().map(Arc::new) else {
-        return Ok(None);
-    };
     let g = match gather(claim, &ctx).await? {
         Ok(g) => g,
         Err(wait) => return Ok(wait),

@@ -183,6 +183,10 @@ async fn claim_pipelines(
     ctx: Arc<Context>,
 ) -> crate::Result<Action> {
     ctx.readiness.wait().await;
+    // Parsed from its cached text once, for both.
+    let Some(claim) = claim.full().map(Arc::new) else {
+        return Ok(Action::await_change());
+    };
     let provisioning = reconcile::reconcile(claim.clone(), ctx.clone()).await;
     let growth = expansion::reconcile(claim, ctx).await;
     let again = provisioning?.into_iter().chain(growth?).min();
