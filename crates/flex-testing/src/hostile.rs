@@ -8,7 +8,7 @@
 use flex_controller::controller::Options;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
@@ -38,22 +38,20 @@ pub async fn create_claim(sb: &Cluster, body: serde_json::Value) -> PersistentVo
 
 /// Events our controller reported about an object.
 pub async fn our_events_about(sb: &Cluster, name: &str) -> Vec<String> {
-    Api::<Event>::namespaced(sb.client().unwrap(), "default")
-        .list(&ListParams::default())
+    let api = Api::namespaced(sb.client().unwrap(), "default");
+    (crate::provisioning::events_in(api, &ListParams::default())
         .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.involved_object.name.as_deref() == Some(name))
-        .filter(|e| {
-            e.reporting_component.as_deref() == Some("flex-provisioner")
-                || e.source
-                    .as_ref()
-                    .and_then(|s| s.component.as_deref())
-                    .is_some_and(|c| c == "flex-provisioner")
-        })
-        .filter_map(|e| e.message)
-        .collect()
+        .into_iter())
+    .filter(|e| e.involved_object.name.as_deref() == Some(name))
+    .filter(|e| {
+        e.reporting_component.as_deref() == Some("flex-provisioner")
+            || e.source
+                .as_ref()
+                .and_then(|s| s.component.as_deref())
+                .is_some_and(|c| c == "flex-provisioner")
+    })
+    .filter_map(|e| e.message)
+    .collect()
 }
 
 pub async fn jobs_for(sb: &Cluster, uid: &str) -> Vec<Job> {

@@ -312,29 +312,23 @@ pub async fn volumes(sb: &Cluster) -> Vec<PersistentVolume> {
         .items
 }
 
-/// (reason, message) of the events on a claim.
-pub async fn claim_events(sb: &Cluster, name: &str) -> Vec<(String, String)> {
-    Api::<Event>::namespaced(sb.client().unwrap(), "default")
-        .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
-        .await
-        .unwrap()
-        .items
-        .into_iter()
+/// (reason, message) of the events of `api` about object `name`.
+async fn reasons_about(api: Api<Event>, name: &str) -> Vec<(String, String)> {
+    let about = ListParams::default().fields(&format!("involvedObject.name={name}"));
+    (events_in(api, &about).await.into_iter())
         .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
         .collect()
+}
+
+/// (reason, message) of the events on a claim.
+pub async fn claim_events(sb: &Cluster, name: &str) -> Vec<(String, String)> {
+    reasons_about(Api::namespaced(sb.client().unwrap(), "default"), name).await
 }
 
 /// (reason, message) of the events about object `name` in any namespace (those on a PV,
 /// which has none, are kept in `default`).
 pub async fn events_about(sb: &Cluster, name: &str) -> Vec<(String, String)> {
-    Api::<Event>::all(sb.client().unwrap())
-        .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
-        .collect()
+    reasons_about(Api::all(sb.client().unwrap()), name).await
 }
 
 pub async fn wait_event(
@@ -761,14 +755,15 @@ pub async fn all_bound_in(claims: &Api<PersistentVolumeClaim>, n: usize, secs: u
     }
 }
 
+/// The events of `api` that `params` select.
+pub async fn events_in(api: Api<Event>, params: &ListParams) -> Vec<Event> {
+    api.list(params).await.unwrap().items
+}
+
 /// Messages of the events in `default` that contain `needle`.
 pub async fn events_saying(sb: &Cluster, needle: &str) -> Vec<String> {
-    Api::<Event>::namespaced(sb.client().unwrap(), "default")
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
+    let api = Api::namespaced(sb.client().unwrap(), "default");
+    (events_in(api, &ListParams::default()).await.into_iter())
         .filter_map(|e| e.message)
         .filter(|m| m.contains(needle))
         .collect()

@@ -78,25 +78,8 @@ async fn an_oversized_claim_of_ours_is_provisioned_from_all_it_holds() {
     bound(&sb, "heavy", 60).await;
     let jobs = jobs_for(&sb, &c.uid().unwrap()).await;
     assert_eq!(jobs.len(), 1);
-    let env = jobs[0]
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap()
-        .containers[0]
-        .env
-        .clone()
-        .unwrap();
-    let value = |name: &str| {
-        env.iter()
-            .find(|e| e.name == name)
-            .and_then(|e| e.value.clone())
-    };
-    assert_eq!(value("TEAM").as_deref(), Some("alpha"));
-    assert_eq!(value("DIR").as_deref(), Some("d1"));
+    assert_eq!(common::env(&jobs[0], "TEAM").as_deref(), Some("alpha"));
+    assert_eq!(common::env(&jobs[0], "DIR").as_deref(), Some("d1"));
 }
 
 /// Twenty claims held mid-Job by their authors' finalizers hold up neither eighty other
