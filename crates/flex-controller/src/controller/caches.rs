@@ -21,7 +21,7 @@ use flex_core::names::{
     ANN_STORAGE_PROVISIONER_BETA, LABEL_CLAIM_UID, LABEL_VOLUME,
 };
 
-/// The reflector stores decisions read; ConfigMaps, Jobs, pods and the Job controller's
+/// The reflector stores decisions read; ConfigMaps, records, Jobs, pods and the Job controller's
 /// `FailedCreate` events per config namespace.
 pub struct Caches {
     /// Claims and PVs are the kinds a cluster has tens of thousands of: held compact.
@@ -30,6 +30,8 @@ pub struct Caches {
     pub volumes: Store<Compact<PersistentVolume>>,
     pub nodes: Store<Node>,
     pub config_maps: Vec<Store<ConfigMap>>,
+    /// Deprovision records (`flex_core::record`), per config namespace.
+    pub records: Vec<Store<ConfigMap>>,
     pub jobs: Vec<Indexed<Job>>,
     pub pods: Vec<Indexed<Pod>>,
     pub failed_creates: Vec<Store<Event>>,

@@ -63,6 +63,7 @@ impl Context {
             synced(c.nodes.clone()),
         ];
         stores.extend(c.config_maps.iter().cloned().map(synced));
+        stores.extend(c.records.iter().cloned().map(synced));
         stores.extend(c.jobs.iter().map(|i| synced(i.store.clone())));
         stores.extend(c.pods.iter().map(|i| synced(i.store.clone())));
         stores.extend(c.failed_creates.iter().cloned().map(synced));

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, ListParams};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
 use super::caches::{claim_ref_of, trim_meta, trim_pod};
@@ -71,12 +72,19 @@ fn same_object<K: Resource>(whole: Option<K>, cut: &K) -> Option<Arc<K>> {
 }
 
 /// The PV's deprovision record: in the config namespaces alone, which only the controller
-/// and kube admins can write.
+/// and kube admins can write. From the cache when it holds it (a record is written before
+/// its PV exists, and never changed); asked of the API server when it does not, since a
+/// record written a moment ago may not have reached the cache yet.
 pub(super) async fn record(
     ctx: &Context,
     pv: &PersistentVolume,
 ) -> crate::Result<Option<ConfigMap>> {
     let name = flex_core::record::record_name(pv.metadata.uid.as_deref().unwrap_or_default());
+    let cached = (ctx.opts.config_namespaces.iter().zip(&ctx.caches.records))
+        .find_map(|(ns, s)| s.get(&ObjectRef::new(&name).within(ns)));
+    if let Some(cm) = cached {
+        return Ok(Some(cm.as_ref().clone()));
+    }
     for ns in &ctx.opts.config_namespaces {
         if let Some(cm) = Api::<ConfigMap>::namespaced(ctx.client.clone(), ns)
             .get_opt(&name)

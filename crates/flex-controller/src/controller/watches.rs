@@ -20,7 +20,9 @@ use super::caches::{self, Caches};
 use super::compact::Compact;
 use super::index;
 use super::slim::Slim;
-use flex_core::names::{CONFIG_TYPE_VALUE, LABEL_CONFIG_TYPE, LABEL_MANAGED_BY, MANAGED_BY_VALUE};
+use flex_core::names::{
+    CONFIG_TYPE_VALUE, LABEL_CONFIG_TYPE, LABEL_MANAGED_BY, LABEL_RECORD, MANAGED_BY_VALUE,
+};
 
 /// Claims are listed in pages of this many: any user may write 256 KiB of annotations into
 /// each of their claims, and a page is held whole (as the response and as parsed objects)
@@ -38,6 +40,7 @@ pub(super) struct Watches {
     pub classes: Changes<StorageClass>,
     pub volumes: Changes<Compact<PersistentVolume>>,
     pub nodes: Changes<Node>,
+    pub records: Changes<ConfigMap>,
     pub config_maps: Changes<ConfigMap>,
     pub jobs: Changes<Job>,
     pub pods: Changes<Pod>,
@@ -45,7 +48,7 @@ pub(super) struct Watches {
 }
 
 /// The watches: claims, classes, PVs and nodes cluster-wide; provisioner ConfigMaps, our
-/// Jobs, their pods and the Job controller's `FailedCreate` events in each config namespace.
+/// deprovision records, our Jobs, their pods and the Job controller's `FailedCreate` events in each config namespace.
 pub(super) fn watch_everything(client: &Client, opts: &Options) -> Watches {
     let provisioner = opts.provisioner_name.as_str();
     let (claims, claims_changes) = reflect(
@@ -91,6 +94,7 @@ pub(super) fn watch_everything(client: &Client, opts: &Options) -> Watches {
             volumes: volumes.store,
             nodes: nodes.store,
             config_maps: ns.config_maps,
+            records: ns.records,
             jobs: ns.jobs,
             pods: ns.pods,
             failed_creates: ns.failed_creates,
@@ -99,6 +103,7 @@ pub(super) fn watch_everything(client: &Client, opts: &Options) -> Watches {
         classes: classes_changes.boxed(),
         volumes: volumes_changes.boxed(),
         nodes: nodes_changes.boxed(),
+        records: futures::stream::select_all(ns.record_changes).boxed(),
         config_maps: futures::stream::select_all(ns.config_map_changes).boxed(),
         jobs: futures::stream::select_all(ns.job_changes).boxed(),
         pods: futures::stream::select_all(ns.pod_changes).boxed(),
@@ -110,10 +115,12 @@ pub(super) fn watch_everything(client: &Client, opts: &Options) -> Watches {
 #[derive(Default)]
 struct Namespaced {
     config_maps: Vec<reflector::Store<ConfigMap>>,
+    records: Vec<reflector::Store<ConfigMap>>,
     jobs: Vec<index::Indexed<Job>>,
     pods: Vec<index::Indexed<Pod>>,
     failed_creates: Vec<reflector::Store<CoreEvent>>,
     config_map_changes: Vec<Changes<ConfigMap>>,
+    record_changes: Vec<Changes<ConfigMap>>,
     job_changes: Vec<Changes<Job>>,
     pod_changes: Vec<Changes<Pod>>,
     event_changes: Vec<Changes<CoreEvent>>,
@@ -122,20 +129,28 @@ struct Namespaced {
 fn namespaced(client: &Client, opts: &Options) -> Namespaced {
     let ours = format!("{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}");
     let cfg_selector = format!("{LABEL_CONFIG_TYPE}={CONFIG_TYPE_VALUE}");
+    let records = format!("{ours},{LABEL_RECORD}=true");
     let mut n = Namespaced::default();
     for ns in &opts.config_namespaces {
-        let (s, changes) = reflect(
-            (
-                Api::<ConfigMap>::namespaced(client.clone(), ns),
-                std::convert::identity,
-            ),
-            watcher::Config::default().labels(&cfg_selector),
-            caches::trim_meta,
-            caches::no_keys,
-            std::convert::identity,
-        );
+        let config_maps = |selector: &str| {
+            let api = Api::<ConfigMap>::namespaced(client.clone(), ns);
+            let cfg = watcher::Config::default().labels(selector);
+            let identity = std::convert::identity;
+            reflect(
+                (api, identity),
+                cfg,
+                caches::trim_meta,
+                caches::no_keys,
+                identity,
+            )
+        };
+        let (s, changes) = config_maps(&cfg_selector);
         n.config_maps.push(s.store);
         n.config_map_changes.push(changes.boxed());
+        // Deprovision records, read from the cache rather than once per deleted volume.
+        let (s, changes) = config_maps(&records);
+        n.records.push(s.store);
+        n.record_changes.push(changes.boxed());
         let (s, changes) = reflect(
             (Api::<Slim<Job>>::namespaced(client.clone(), ns), |s| s.0),
             watcher::Config::default().labels(&ours),

@@ -85,8 +85,9 @@ async fn controllers(
     let volumes_store = w.caches.volumes.clone();
     let jobs = w.caches.jobs.clone();
     let ctx = Arc::new(Context::new(client, opts, metrics, w.caches));
-    // Node changes trigger nothing: the stream is only drained.
-    let drain_nodes = w.nodes.for_each(|_| async {});
+    // Node and record changes trigger nothing: their streams are only drained.
+    let drain =
+        futures::stream::select(w.nodes.map(drop), w.records.map(drop)).for_each(|()| async {});
     // One watch of each kind feeds every controller it triggers, and the orphan check.
     let ([volumes_for_claims, volumes_for_volumes], share_volumes) =
         fan_out::fan_out::<Compact<PersistentVolume>, 2>(w.volumes);
@@ -155,7 +156,7 @@ async fn controllers(
         orphans_run,
         share_volumes,
         share_jobs,
-        drain_nodes,
+        drain,
         upkeep(ctx, health),
     );
 }

@@ -253,6 +253,60 @@ async fn deprovisioning_works_after_the_config_map_is_deleted() {
     assert!(!dir.exists());
 }
 
+/// Records are read from a watch of the config namespaces: one an admin removed (with the
+/// provisioning Job it could be written again from) is gone from what the controller reads
+/// too, and the volume is kept with a warning rather than deprovisioned from a stale copy.
+#[tokio::test]
+async fn a_removed_record_runs_nothing_and_keeps_the_volume() {
+    let sb = sandbox().await;
+    let _c = controller(&sb);
+    hostpath_class(&sb, "local", "Delete").await;
+    let c = used_claim(&sb, "data", "local").await;
+    let pv_name = c.spec.unwrap().volume_name.unwrap();
+    let pvs = Api::<PersistentVolume>::all(sb.client().unwrap());
+    let pv = pvs.get(&pv_name).await.unwrap();
+    let dir = storage_dir(&sb, &pv);
+    let record = flex_core::record::record_name(pv.metadata.uid.as_deref().unwrap());
+    let (client, background) = (sb.client().unwrap(), DeleteParams::background());
+    eventually(30, "the record to be written", || async {
+        Api::<ConfigMap>::namespaced(client.clone(), NS)
+            .get_opt(&record)
+            .await
+            .unwrap()
+    })
+    .await;
+    for job in jobs_of(&sb, "provision").await {
+        Api::<k8s_openapi::api::batch::v1::Job>::namespaced(client.clone(), NS)
+            .delete(&job.metadata.name.unwrap(), &background)
+            .await
+            .expect("the provisioning Job deleted");
+    }
+    Api::<ConfigMap>::namespaced(client.clone(), NS)
+        .delete(&record, &Default::default())
+        .await
+        .expect("the record deleted");
+    eventually(30, "the provisioning Job gone", || async {
+        jobs_of(&sb, "provision").await.is_empty().then_some(())
+    })
+    .await;
+    delete_claim_and_pod(&sb, "data").await;
+    let warning = eventually(60, "a VolumeFailedDelete warning on the PV", || async {
+        events_about(&sb, &pv_name)
+            .await
+            .into_iter()
+            .find(|(r, _)| r == "VolumeFailedDelete")
+            .map(|(_, m)| m)
+    })
+    .await;
+    assert!(warning.contains(&record), "{warning}");
+    assert!(jobs_of(&sb, "deprovision").await.is_empty());
+    assert!(
+        pvs.get_opt(&pv_name).await.unwrap().is_some(),
+        "the PV is kept"
+    );
+    assert!(dir.is_dir(), "the storage is kept: {}", dir.display());
+}
+
 #[tokio::test]
 async fn a_claim_deleted_while_its_job_runs_leaves_nothing_behind() {
     let sb = sandbox().await;
