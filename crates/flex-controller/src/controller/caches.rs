@@ -382,18 +382,7 @@ pub fn trim_node(n: &mut Node) {
 /// Pods: the Job's template is on the Job; what the pod adds is its status and identity.
 pub fn trim_pod(p: &mut Pod) {
     trim_meta(p);
-    if let Some(spec) = p.spec.as_mut() {
-        for c in spec
-            .containers
-            .iter_mut()
-            .chain(spec.init_containers.iter_mut().flatten())
-        {
-            c.env = None;
-            c.args = None;
-            c.command = None;
-        }
-        spec.volumes = None;
-    }
+    p.spec = None;
 }
 
 /// The claim a Job or pod of ours is for, as its claim annotation names it.
