@@ -598,13 +598,7 @@ pub fn pod_failure(pod: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
     if status.phase.as_deref() != Some("Failed") {
         return None;
     }
-    let term = status
-        .container_statuses
-        .iter()
-        .flatten()
-        .find(|c| c.name == CONTAINER_NAME)
-        .and_then(|c| c.state.as_ref()?.terminated.clone());
-    let (code, message) = match term {
+    let (code, message) = match terminated(pod) {
         Some(t) => (t.exit_code, t.message.unwrap_or_default().trim().to_owned()),
         None => (-1, status.message.clone().unwrap_or_default()),
     };
@@ -657,21 +651,19 @@ pub fn outcome(job: &Job, pods: &[&k8s_openapi::api::core::v1::Pod]) -> JobOutco
 /// the Job is in `pods` (not seen yet, or already removed).
 pub fn report_of(job: &Job, pods: &[&k8s_openapi::api::core::v1::Pod]) -> Option<String> {
     pods_of(job, pods).into_iter().find_map(|pod| {
-        let status = pod.status.as_ref()?;
-        if status.phase.as_deref() != Some("Succeeded") {
-            return None;
-        }
-        let t = status
-            .container_statuses
-            .iter()
-            .flatten()
-            .find(|c| c.name == CONTAINER_NAME)?
-            .state
-            .as_ref()?
-            .terminated
-            .clone()?;
+        let phase = pod.status.as_ref()?.phase.as_deref();
+        let t = terminated(pod).filter(|_| phase == Some("Succeeded"))?;
         (t.exit_code == 0).then(|| t.message.unwrap_or_default())
     })
+}
+
+/// How the provisioner container of `pod` ended, if it has.
+fn terminated(
+    pod: &k8s_openapi::api::core::v1::Pod,
+) -> Option<k8s_openapi::api::core::v1::ContainerStateTerminated> {
+    let mut statuses = pod.status.as_ref()?.container_statuses.iter().flatten();
+    let ours = statuses.find(|c| c.name == CONTAINER_NAME)?;
+    ours.state.as_ref()?.terminated.clone()
 }
 
 /// The attempt number a Job carries (1 when unlabelled).

@@ -379,12 +379,6 @@ pub fn trim_node(n: &mut Node) {
     n.status = None;
 }
 
-/// Pods: the Job's template is on the Job; what the pod adds is its status and identity.
-pub fn trim_pod(p: &mut Pod) {
-    trim_meta(p);
-    p.spec = None;
-}
-
 /// The claim a Job or pod of ours is for, as its claim annotation names it.
 pub(super) fn claim_ref_of(
     annotations: Option<&BTreeMap<String, String>>,

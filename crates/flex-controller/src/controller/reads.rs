@@ -9,8 +9,9 @@ use kube::api::{Api, ListParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
-use super::caches::{claim_ref_of, trim_meta, trim_pod};
+use super::caches::{claim_ref_of, trim_meta};
 use super::context::Context;
+use super::slim::Slim;
 use flex_core::names::{LABEL_ACTION, LABEL_CLAIM_UID, LABEL_RECORD, LABEL_VOLUME};
 use flex_core::plan::orphan::Confirmed;
 
@@ -97,7 +98,7 @@ pub(super) async fn record(
     Ok(None)
 }
 
-/// The pods of the claim's Jobs in `namespace`, trimmed as the pod cache keeps them.
+/// The pods of the claim's Jobs in `namespace`, as the pod cache keeps them.
 pub(super) async fn claims_pods(
     ctx: &Context,
     namespace: &str,
@@ -107,14 +108,14 @@ pub(super) async fn claims_pods(
         return Ok(Vec::new());
     }
     let selector = format!("{LABEL_CLAIM_UID}={uid}");
-    let list = Api::<Pod>::namespaced(ctx.client.clone(), namespace)
+    let list = Api::<Slim<Pod>>::namespaced(ctx.client.clone(), namespace)
         .list(&ListParams::default().labels(&selector))
         .await
         .map_err(crate::Error::read(format!(
             "the pods of claim uid {uid} in {namespace}"
         )))?;
-    let mut pods = list.items;
-    pods.iter_mut().for_each(trim_pod);
+    let mut pods: Vec<Pod> = list.items.into_iter().map(|s| s.0).collect();
+    pods.iter_mut().for_each(trim_meta);
     Ok(pods)
 }
 

@@ -1,6 +1,6 @@
 //! Pods, Jobs, PVs and claims read from their watches without `metadata.managedFields`,
 //! which nothing here reads and which the caches drop anyway (`caches::trim_meta`), and pods
-//! and Jobs without the parts of their specs no decision reads. A pod's field ownership is
+//! without their spec, which no decision reads. A pod's field ownership is
 //! a third of its JSON and, parsed, a tree of small maps: decoding a pod of ours with it
 //! took twice as long as without (a profile of a 100-claim burst, see
 //! docs/architecture.md, "Where the CPU goes"). Skipped fields are passed over by the
@@ -10,9 +10,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec, JobStatus};
 use k8s_openapi::api::core::v1::{
-    Container, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PersistentVolumeClaimStatus, PersistentVolumeSpec, PersistentVolumeStatus, Pod, PodSpec,
-    PodStatus, PodTemplateSpec,
+    PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PersistentVolumeClaimStatus, PersistentVolumeSpec, PersistentVolumeStatus, Pod, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::Resource;
@@ -86,6 +85,7 @@ macro_rules! slim {
 }
 
 slim! {
+    Job: JobSpec, JobStatus;
     PersistentVolume: PersistentVolumeSpec, PersistentVolumeStatus;
     PersistentVolumeClaim: PersistentVolumeClaimSpec, PersistentVolumeClaimStatus;
 }
@@ -101,48 +101,6 @@ impl<'de> Deserialize<'de> for Slim<Pod> {
             metadata,
             spec: None,
             status,
-        }))
-    }
-}
-
-/// What decisions read of a Job's spec: its TTL and its containers (their environment:
-/// `flex_core::recipe::env_of`); the rest of its template is passed over.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct JobSpecRead {
-    ttl_seconds_after_finished: Option<i32>,
-    template: Option<TemplateRead>,
-}
-
-#[derive(Deserialize)]
-struct TemplateRead {
-    spec: Option<PodSpecRead>,
-}
-
-#[derive(Deserialize)]
-struct PodSpecRead {
-    #[serde(default)]
-    containers: Vec<Container>,
-}
-
-impl<'de> Deserialize<'de> for Slim<Job> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let p = Parts::<JobSpecRead, JobStatus>::deserialize(d)?;
-        let spec = p.spec.map(|s| JobSpec {
-            ttl_seconds_after_finished: s.ttl_seconds_after_finished,
-            template: PodTemplateSpec {
-                metadata: None,
-                spec: (s.template.and_then(|t| t.spec)).map(|t| PodSpec {
-                    containers: t.containers,
-                    ..Default::default()
-                }),
-            },
-            ..Default::default()
-        });
-        Ok(Slim(Job {
-            metadata: p.metadata.into(),
-            spec,
-            status: p.status,
         }))
     }
 }
@@ -165,8 +123,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    /// Every field comes through as the full decode has it, but the field ownership and the
-    /// parts of pods' and Jobs' specs no decision reads.
+    /// Every field comes through as the full decode has it, but the field ownership and a
+    /// pod's spec.
     #[test]
     fn every_slim_kind_decodes_whole_but_its_field_ownership() {
         let meta = json!({"name": "p", "namespace": "n", "uid": "u", "resourceVersion": "7",
@@ -196,18 +154,10 @@ mod tests {
         full.spec = None;
         let slim: Slim<Pod> = serde_json::from_value(pod).unwrap();
         assert_eq!(slim.0, full);
-        // A Job keeps its TTL and its containers.
         let mut full: Job = serde_json::from_value(job.clone()).unwrap();
         full.metadata.managed_fields = None;
-        let spec = full.spec.as_mut().unwrap();
-        spec.backoff_limit = None;
-        spec.template.metadata = None;
-        let pod_spec = spec.template.spec.as_mut().unwrap();
-        pod_spec.volumes = None;
         let slim: Slim<Job> = serde_json::from_value(job).unwrap();
         assert_eq!(slim.0, full);
-        let env = &slim.0.spec.unwrap().template.spec.unwrap().containers[0].env;
-        assert_eq!(env.as_ref().map(Vec::len), Some(2));
         let pv = json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": meta,
             "spec": {"capacity": {"storage": "1Gi"}, "hostPath": {"path": "/v"},
                      "claimRef": {"namespace": "a", "name": "c", "uid": "cu"}},

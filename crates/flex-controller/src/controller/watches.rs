@@ -48,7 +48,8 @@ pub(super) struct Watches {
 }
 
 /// The watches: claims, classes, PVs and nodes cluster-wide; provisioner ConfigMaps, our
-/// deprovision records, our Jobs, their pods and the Job controller's `FailedCreate` events in each config namespace.
+/// deprovision records, our Jobs, their pods and the Job controller's `FailedCreate` events
+/// in each config namespace.
 pub(super) fn watch_everything(client: &Client, opts: &Options) -> Watches {
     let provisioner = opts.provisioner_name.as_str();
     let (claims, claims_changes) = reflect(
@@ -163,7 +164,7 @@ fn namespaced(client: &Client, opts: &Options) -> Namespaced {
         let (s, changes) = reflect(
             (Api::<Slim<Pod>>::namespaced(client.clone(), ns), |s| s.0),
             watcher::Config::default().labels(&ours),
-            caches::trim_pod,
+            caches::trim_meta,
             caches::object_keys,
             std::convert::identity,
         );

@@ -894,13 +894,8 @@ impl<'i, 'a> Judging<'i, 'a> {
             return plan(BLOCKED, self.notices);
         }
         if !announce {
-            return plan(
-                Step::Provisioned {
-                    patch,
-                    record: None,
-                },
-                self.notices,
-            );
+            let record = None;
+            return plan(Step::Provisioned { patch, record }, self.notices);
         }
         // The record first: a success is announced only with the bookkeeping it needs.
         let record = match self.record_for(pv) {
@@ -939,21 +934,13 @@ impl<'i, 'a> Judging<'i, 'a> {
         };
         // An attempt created here that is newer than any Job we see: not in our cache yet.
         if attempt_of(job) < self.recorded {
-            return plan(
-                Step::Running {
-                    attempt: self.recorded,
-                },
-                self.notices,
-            );
+            let attempt = self.recorded;
+            return plan(Step::Running { attempt }, self.notices);
         }
         let failure = match self.latest_outcome.clone() {
             None | Some(JobOutcome::Running) => {
-                return plan(
-                    Step::Running {
-                        attempt: self.attempt,
-                    },
-                    self.notices,
-                );
+                let attempt = self.attempt;
+                return plan(Step::Running { attempt }, self.notices);
             }
             Some(JobOutcome::Succeeded) => match self.succeeded(job) {
                 Ok(failure) => failure,

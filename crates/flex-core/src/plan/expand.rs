@@ -365,13 +365,8 @@ fn start(
                "allocatedResourceStatuses": resource_statuses(g.claim, Some(RESIZE_IN_PROGRESS)),
                "conditions": conditions_with(g.claim, Some(condition(CONDITION_RESIZING, None, i.now)))}),
     );
-    Ok(plan(
-        ExpandStep::Start {
-            job: Box::new(job),
-            status,
-        },
-        notices,
-    ))
+    let job = Box::new(job);
+    Ok(plan(ExpandStep::Start { job, status }, notices))
 }
 
 #[cfg(test)]
