@@ -7,9 +7,9 @@ use k8s_openapi::api::batch::v1::{
     PodFailurePolicyOnPodConditionsPattern, PodFailurePolicyRule,
 };
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EnvVar, NodeAffinity, NodeSelector, NodeSelectorRequirement,
-    NodeSelectorTerm, PersistentVolume, PodSecurityContext, PodSpec, PodTemplateSpec,
-    SeccompProfile, SecurityContext,
+    Affinity, Capabilities, Container, ContainerStateTerminated, EnvVar, NodeAffinity,
+    NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PersistentVolume, Pod,
+    PodSecurityContext, PodSpec, PodTemplateSpec, SeccompProfile, SecurityContext,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -494,8 +494,8 @@ fn container(
 
 /// The pod runs on `node`. Matching the node by field, as DaemonSets do, keeps the
 /// scheduler in charge of taints and resources instead of bypassing it with nodeName.
-fn on_node(node: &str) -> k8s_openapi::api::core::v1::Affinity {
-    k8s_openapi::api::core::v1::Affinity {
+fn on_node(node: &str) -> Affinity {
+    Affinity {
         node_affinity: Some(NodeAffinity {
             required_during_scheduling_ignored_during_execution: Some(NodeSelector {
                 node_selector_terms: vec![NodeSelectorTerm {
@@ -593,7 +593,7 @@ pub struct Failure {
 }
 
 /// What a failed pod left: `exit code N`, and its termination message, trimmed, if any.
-pub fn pod_failure(pod: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
+pub fn pod_failure(pod: &Pod) -> Option<String> {
     let status = pod.status.as_ref()?;
     if status.phase.as_deref() != Some("Failed") {
         return None;
@@ -608,7 +608,7 @@ pub fn pod_failure(pod: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
     })
 }
 
-pub fn outcome(job: &Job, pods: &[&k8s_openapi::api::core::v1::Pod]) -> JobOutcome {
+pub fn outcome(job: &Job, pods: &[&Pod]) -> JobOutcome {
     let conditions = job
         .status
         .as_ref()
@@ -649,7 +649,7 @@ pub fn outcome(job: &Job, pods: &[&k8s_openapi::api::core::v1::Pod]) -> JobOutco
 /// What the succeeded pod of a provisioning Job reported: its termination message, which
 /// with `pv-creator: controller` holds the volume source. `None` when no succeeded pod of
 /// the Job is in `pods` (not seen yet, or already removed).
-pub fn report_of(job: &Job, pods: &[&k8s_openapi::api::core::v1::Pod]) -> Option<String> {
+pub fn report_of(job: &Job, pods: &[&Pod]) -> Option<String> {
     pods_of(job, pods).into_iter().find_map(|pod| {
         let phase = pod.status.as_ref()?.phase.as_deref();
         let t = terminated(pod).filter(|_| phase == Some("Succeeded"))?;
@@ -658,9 +658,7 @@ pub fn report_of(job: &Job, pods: &[&k8s_openapi::api::core::v1::Pod]) -> Option
 }
 
 /// How the provisioner container of `pod` ended, if it has.
-fn terminated(
-    pod: &k8s_openapi::api::core::v1::Pod,
-) -> Option<k8s_openapi::api::core::v1::ContainerStateTerminated> {
+fn terminated(pod: &Pod) -> Option<ContainerStateTerminated> {
     let mut statuses = pod.status.as_ref()?.container_statuses.iter().flatten();
     let ours = statuses.find(|c| c.name == CONTAINER_NAME)?;
     ours.state.as_ref()?.terminated.clone()
@@ -677,10 +675,7 @@ pub fn attempt_of(job: &Job) -> u32 {
 }
 
 /// The pods a Job owns, among `pods`.
-pub fn pods_of<'a>(
-    job: &Job,
-    pods: &[&'a k8s_openapi::api::core::v1::Pod],
-) -> Vec<&'a k8s_openapi::api::core::v1::Pod> {
+pub fn pods_of<'a>(job: &Job, pods: &[&'a Pod]) -> Vec<&'a Pod> {
     let uid = job.metadata.uid.as_deref().unwrap_or_default();
     pods.iter()
         .copied()

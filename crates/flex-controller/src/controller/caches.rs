@@ -30,8 +30,9 @@ pub struct Caches {
     pub volumes: Store<Compact<PersistentVolume>>,
     pub nodes: Store<Node>,
     pub config_maps: Vec<Store<ConfigMap>>,
-    /// Deprovision records (`flex_core::record`), per config namespace.
-    pub records: Vec<Store<ConfigMap>>,
+    /// Deprovision records (`flex_core::record`), per config namespace: one per volume, read
+    /// only when it is deprovisioned or grown, so held compact.
+    pub records: Vec<Store<Compact<ConfigMap>>>,
     pub jobs: Vec<Indexed<Job>>,
     pub pods: Vec<Indexed<Pod>>,
     pub failed_creates: Vec<Store<Event>>,

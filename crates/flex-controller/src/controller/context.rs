@@ -63,10 +63,10 @@ impl Context {
             synced(c.nodes.clone()),
         ];
         stores.extend(c.config_maps.iter().cloned().map(synced));
-        stores.extend(c.records.iter().cloned().map(synced));
         stores.extend(c.jobs.iter().map(|i| synced(i.store.clone())));
         stores.extend(c.pods.iter().map(|i| synced(i.store.clone())));
         stores.extend(c.failed_creates.iter().cloned().map(synced));
+        // Not the records': one the cache lacks is read from the API server (`reads::record`).
         self.readiness.open_when_synced(stores).await;
     }
 

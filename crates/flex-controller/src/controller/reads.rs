@@ -82,9 +82,9 @@ pub(super) async fn record(
 ) -> crate::Result<Option<ConfigMap>> {
     let name = flex_core::record::record_name(pv.metadata.uid.as_deref().unwrap_or_default());
     let cached = (ctx.opts.config_namespaces.iter().zip(&ctx.caches.records))
-        .find_map(|(ns, s)| s.get(&ObjectRef::new(&name).within(ns)));
-    if let Some(cm) = cached {
-        return Ok(Some(cm.as_ref().clone()));
+        .find_map(|(ns, s)| s.get(&ObjectRef::new(&name).within(ns))?.full());
+    if cached.is_some() {
+        return Ok(cached);
     }
     for ns in &ctx.opts.config_namespaces {
         if let Some(cm) = Api::<ConfigMap>::namespaced(ctx.client.clone(), ns)

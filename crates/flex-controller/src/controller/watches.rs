@@ -40,7 +40,7 @@ pub(super) struct Watches {
     pub classes: Changes<StorageClass>,
     pub volumes: Changes<Compact<PersistentVolume>>,
     pub nodes: Changes<Node>,
-    pub records: Changes<ConfigMap>,
+    pub records: Changes<Compact<ConfigMap>>,
     pub config_maps: Changes<ConfigMap>,
     pub jobs: Changes<Job>,
     pub pods: Changes<Pod>,
@@ -116,12 +116,12 @@ pub(super) fn watch_everything(client: &Client, opts: &Options) -> Watches {
 #[derive(Default)]
 struct Namespaced {
     config_maps: Vec<reflector::Store<ConfigMap>>,
-    records: Vec<reflector::Store<ConfigMap>>,
+    records: Vec<reflector::Store<Compact<ConfigMap>>>,
     jobs: Vec<index::Indexed<Job>>,
     pods: Vec<index::Indexed<Pod>>,
     failed_creates: Vec<reflector::Store<CoreEvent>>,
     config_map_changes: Vec<Changes<ConfigMap>>,
-    record_changes: Vec<Changes<ConfigMap>>,
+    record_changes: Vec<Changes<Compact<ConfigMap>>>,
     job_changes: Vec<Changes<Job>>,
     pod_changes: Vec<Changes<Pod>>,
     event_changes: Vec<Changes<CoreEvent>>,
@@ -133,23 +133,27 @@ fn namespaced(client: &Client, opts: &Options) -> Namespaced {
     let records = format!("{ours},{LABEL_RECORD}=true");
     let mut n = Namespaced::default();
     for ns in &opts.config_namespaces {
-        let config_maps = |selector: &str| {
+        let config_maps = || {
             let api = Api::<ConfigMap>::namespaced(client.clone(), ns);
-            let cfg = watcher::Config::default().labels(selector);
-            let identity = std::convert::identity;
-            reflect(
-                (api, identity),
-                cfg,
-                caches::trim_meta,
-                caches::no_keys,
-                identity,
-            )
+            (api, std::convert::identity as fn(ConfigMap) -> ConfigMap)
         };
-        let (s, changes) = config_maps(&cfg_selector);
+        let (s, changes) = reflect(
+            config_maps(),
+            watcher::Config::default().labels(&cfg_selector),
+            caches::trim_meta,
+            caches::no_keys,
+            std::convert::identity,
+        );
         n.config_maps.push(s.store);
         n.config_map_changes.push(changes.boxed());
         // Deprovision records, read from the cache rather than once per deleted volume.
-        let (s, changes) = config_maps(&records);
+        let (s, changes) = reflect(
+            config_maps(),
+            watcher::Config::default().labels(&records),
+            caches::trim_meta,
+            caches::no_keys,
+            Compact::new,
+        );
         n.records.push(s.store);
         n.record_changes.push(changes.boxed());
         let (s, changes) = reflect(
