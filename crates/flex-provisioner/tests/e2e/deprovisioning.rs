@@ -49,6 +49,19 @@ async fn used_claim(
     bound(sb, name, 30).await
 }
 
+/// A used claim's PV, once bound, and its directory on the node.
+async fn used_volume(
+    sb: &common::cluster::Cluster,
+    name: &str,
+    class: &str,
+) -> (String, std::path::PathBuf) {
+    let c = used_claim(sb, name, class).await;
+    let pv_name = c.spec.unwrap().volume_name.unwrap();
+    let pvs = Api::<PersistentVolume>::all(sb.client().unwrap());
+    let dir = storage_dir(sb, &pvs.get(&pv_name).await.unwrap());
+    (pv_name, dir)
+}
+
 async fn delete_claim_and_pod(sb: &common::cluster::Cluster, name: &str) {
     let c = sb.client().unwrap();
     let _ = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(c.clone(), "default")
@@ -106,13 +119,7 @@ async fn delete_class_removes_the_storage_and_the_pv() {
     let sb = sandbox().await;
     let _c = controller(&sb);
     hostpath_class(&sb, "local", "Delete").await;
-    let c = used_claim(&sb, "data", "local").await;
-    let pv_name = c.spec.unwrap().volume_name.unwrap();
-    let pv = Api::<PersistentVolume>::all(sb.client().unwrap())
-        .get(&pv_name)
-        .await
-        .unwrap();
-    let dir = storage_dir(&sb, &pv);
+    let (pv_name, dir) = used_volume(&sb, "data", "local").await;
     assert!(dir.is_dir(), "the image created {}", dir.display());
     std::fs::write(dir.join("data.txt"), "user data").unwrap();
     delete_claim_and_pod(&sb, "data").await;
@@ -135,10 +142,8 @@ async fn retain_keeps_the_storage_and_runs_nothing() {
     let sb = sandbox().await;
     let _c = controller(&sb);
     hostpath_class(&sb, "kept", "Retain").await;
-    let c = used_claim(&sb, "data", "kept").await;
-    let pv_name = c.spec.unwrap().volume_name.unwrap();
+    let (pv_name, dir) = used_volume(&sb, "data", "kept").await;
     let pvs: Api<PersistentVolume> = Api::all(sb.client().unwrap());
-    let dir = storage_dir(&sb, &pvs.get(&pv_name).await.unwrap());
     delete_claim_and_pod(&sb, "data").await;
     eventually(15, "the PV to be Released", || async {
         (pvs.get(&pv_name).await.ok()?.status?.phase.as_deref() == Some("Released")).then_some(())
@@ -211,10 +216,8 @@ async fn deleting_a_bound_pv_cleans_the_storage_before_it_disappears() {
     let sb = sandbox().await;
     let (_c, addr) = controller_serving(&sb);
     hostpath_class(&sb, "local", "Delete").await;
-    let c = used_claim(&sb, "data", "local").await;
-    let pv_name = c.spec.unwrap().volume_name.unwrap();
+    let (pv_name, dir) = used_volume(&sb, "data", "local").await;
     let pvs: Api<PersistentVolume> = Api::all(sb.client().unwrap());
-    let dir = storage_dir(&sb, &pvs.get(&pv_name).await.unwrap());
     let before = reconciles(addr, "volume").await;
     pvs.delete(&pv_name, &Default::default()).await.unwrap();
     // The only PV: the next reconcile of a volume is this one's, marked for deletion.
@@ -235,15 +238,7 @@ async fn deprovisioning_works_after_the_config_map_is_deleted() {
     let sb = sandbox().await;
     let _c = controller(&sb);
     hostpath_class(&sb, "local", "Delete").await;
-    let c = used_claim(&sb, "data", "local").await;
-    let pv_name = c.spec.unwrap().volume_name.unwrap();
-    let dir = storage_dir(
-        &sb,
-        &Api::<PersistentVolume>::all(sb.client().unwrap())
-            .get(&pv_name)
-            .await
-            .unwrap(),
-    );
+    let (pv_name, dir) = used_volume(&sb, "data", "local").await;
     Api::<ConfigMap>::namespaced(sb.client().unwrap(), NS)
         .delete("local-config", &Default::default())
         .await
@@ -261,11 +256,9 @@ async fn a_removed_record_runs_nothing_and_keeps_the_volume() {
     let sb = sandbox().await;
     let _c = controller(&sb);
     hostpath_class(&sb, "local", "Delete").await;
-    let c = used_claim(&sb, "data", "local").await;
-    let pv_name = c.spec.unwrap().volume_name.unwrap();
+    let (pv_name, dir) = used_volume(&sb, "data", "local").await;
     let pvs = Api::<PersistentVolume>::all(sb.client().unwrap());
     let pv = pvs.get(&pv_name).await.unwrap();
-    let dir = storage_dir(&sb, &pv);
     let record = flex_core::record::record_name(pv.metadata.uid.as_deref().unwrap());
     let (client, background) = (sb.client().unwrap(), DeleteParams::background());
     eventually(30, "the record to be written", || async {
@@ -459,10 +452,8 @@ async fn a_cleared_claim_ref_and_a_re_created_claim_destroy_nothing() {
     let sb = sandbox().await;
     let _c = controller(&sb);
     hostpath_class(&sb, "reuse", "Delete").await;
-    let c = used_claim(&sb, "data", "reuse").await;
-    let pv_name = c.spec.unwrap().volume_name.unwrap();
+    let (pv_name, dir) = used_volume(&sb, "data", "reuse").await;
     let pvs = Api::<PersistentVolume>::all(sb.client().unwrap());
-    let dir = storage_dir(&sb, &pvs.get(&pv_name).await.unwrap());
     std::fs::write(dir.join("data.txt"), "user data").unwrap();
     pvs.patch(
         &pv_name,
@@ -553,9 +544,7 @@ async fn a_re_pointed_or_zeroed_claim_ref_destroys_nothing() {
             json!({"uid": "00000000-0000-0000-0000-000000000000"}),
         ),
     ] {
-        let c = used_claim(&sb, claim, "kept").await;
-        let pv_name = c.spec.unwrap().volume_name.unwrap();
-        let dir = storage_dir(&sb, &pvs.get(&pv_name).await.unwrap());
+        let (pv_name, dir) = used_volume(&sb, claim, "kept").await;
         std::fs::write(dir.join("data.txt"), "user data").unwrap();
         pvs.patch(
             &pv_name,
