@@ -14,7 +14,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use super::compact::Compact;
+use super::compact::{Compact, Shared};
 use super::index::Indexed;
 use flex_core::names::{
     ANN_PROVISIONED_BY, ANN_SOURCE_VOLUME, ANN_STORAGE_CLASS, ANN_STORAGE_PROVISIONER,
@@ -33,8 +33,8 @@ pub struct Caches {
     /// Deprovision records (`flex_core::record`), per config namespace: one per volume, read
     /// only when it is deprovisioned or grown, so held compact.
     pub records: Vec<Store<Compact<ConfigMap>>>,
-    pub jobs: Vec<Indexed<Job>>,
-    pub pods: Vec<Indexed<Pod>>,
+    pub jobs: Vec<Indexed<Job, Shared<Job>>>,
+    pub pods: Vec<Indexed<Pod, Shared<Pod>>>,
     pub failed_creates: Vec<Store<Event>>,
 }
 
@@ -56,17 +56,20 @@ pub fn by_source(volume: &str) -> String {
 impl Caches {
     /// Our cached Jobs under an index key, in every config namespace.
     pub fn jobs_by(&self, key: &str) -> Vec<Arc<Job>> {
-        self.jobs.iter().flat_map(|s| s.by(key)).collect()
+        let jobs = self.jobs.iter().flat_map(|s| s.by(key));
+        jobs.map(|j| j.0.clone()).collect()
     }
 
     /// Our Jobs' cached pods under an index key, in every config namespace.
     pub fn pods_by(&self, key: &str) -> Vec<Arc<Pod>> {
-        self.pods.iter().flat_map(|s| s.by(key)).collect()
+        let pods = self.pods.iter().flat_map(|s| s.by(key));
+        pods.map(|p| p.0.clone()).collect()
     }
 
     /// Every cached Job of ours (for the periodic gauge only).
     pub fn all_jobs(&self) -> Vec<Arc<Job>> {
-        self.jobs.iter().flat_map(|s| s.store.state()).collect()
+        let jobs = self.jobs.iter().flat_map(|s| s.store.state());
+        jobs.map(|j| j.0.clone()).collect()
     }
 
     /// The cached claim `namespace/name`.

@@ -6,6 +6,7 @@
 //! reconcile turns the one object it needs back into the typed object (`full`).
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
@@ -16,8 +17,9 @@ use serde::{Deserialize, Serialize};
 pub struct Compact<K> {
     /// Name, namespace, uid and resourceVersion only (what references are made of).
     meta: ObjectMeta,
-    /// The whole object, as JSON.
-    body: Box<str>,
+    /// The whole object, as JSON (shared: the store and each consumer of the watch hold a
+    /// clone).
+    body: Arc<str>,
     kind: PhantomData<fn() -> K>,
 }
 
@@ -35,7 +37,7 @@ impl<K: Resource + Serialize + DeserializeOwned> Compact<K> {
         let body = serde_json::to_string(&object).unwrap_or_default();
         Compact {
             meta,
-            body: body.into_boxed_str(),
+            body: body.into(),
             kind: PhantomData,
         }
     }
@@ -85,6 +87,45 @@ impl<K: Resource<DynamicType = ()>> Resource for Compact<K> {
     }
     fn meta_mut(&mut self) -> &mut ObjectMeta {
         &mut self.meta
+    }
+}
+
+/// An object its cache and every consumer of its watch share: a clone is a reference,
+/// where the reflector cloned each changed Job whole for its store and the fan-out once
+/// more for each of its three consumers (`wiring.rs`).
+#[derive(Clone, Debug)]
+pub struct Shared<K>(pub Arc<K>);
+
+impl<K> Shared<K> {
+    pub fn new(object: K) -> Self {
+        Shared(Arc::new(object))
+    }
+}
+
+// kube-runtime asks this of every trigger's type; nothing decodes one.
+impl<'de, K: Deserialize<'de>> Deserialize<'de> for Shared<K> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        K::deserialize(d).map(Shared::new)
+    }
+}
+
+impl<K> std::ops::Deref for Shared<K> {
+    type Target = K;
+    fn deref(&self) -> &K {
+        &self.0
+    }
+}
+
+impl<K: Resource<DynamicType = ()> + Clone> Resource for Shared<K> {
+    type DynamicType = ();
+    type Scope = K::Scope;
+
+    same_kind_as!(K);
+    fn meta(&self) -> &ObjectMeta {
+        self.0.meta()
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        Arc::make_mut(&mut self.0).meta_mut()
     }
 }
 

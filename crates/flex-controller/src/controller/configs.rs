@@ -67,18 +67,18 @@ impl Configs {
                     let namespaces = namespaces.to_vec();
                     return unusable(Unusable::NoConfigMap { class, namespaces });
                 }
-                Ok(Some(cm)) => cm.clone(),
+                Ok(Some(cm)) => cm,
             };
         let config_map = format!(
             "{}/{}",
             cm.metadata.namespace.as_deref().unwrap_or_default(),
             cm.metadata.name.as_deref().unwrap_or_default()
         );
-        let (joined, problems) = match self.parse_once(class_name, &cm, &sc, options) {
+        let (joined, problems) = match self.parse_once(class_name, cm, &sc, options) {
             Ok(parsed) => parsed,
             Err(reason) => return unusable(Unusable::NotUsed { config_map, reason }),
         };
-        let report = self.report_once(&cm, &problems);
+        let report = self.report_once(cm, &problems);
         match joined {
             Some(c) => (Resolved::Ready(c), report),
             None => {

@@ -1,6 +1,8 @@
 //! One watch feeding several consumers: the claim and volume controllers both react to PVs
 //! and to our Jobs (and the orphan check to Jobs), and a second watch of each would double
-//! the API load and the cache.
+//! the API load and the cache. Every watch is handed on this way, to one consumer or more,
+//! so the watch is polled by a task of its own (`wiring.rs`) and a consumer only reads
+//! queues.
 //!
 //! The watch never waits for a consumer. Each consumer has a queue of the objects that
 //! changed since it last looked, one entry per object holding its latest version (as
@@ -101,7 +103,8 @@ where
         futures::stream::poll_fn(move |cx| {
             // Registered before looking, so a push in between wakes this task.
             q.waker.register(cx.waker());
-            q.pop().map(|o| o.map(|o| Ok(K::clone(&o))))
+            // The last consumer to read a version takes it without a copy.
+            q.pop().map(|o| o.map(|o| Ok(Arc::unwrap_or_clone(o))))
         })
         .boxed()
     });

@@ -22,6 +22,7 @@ mod retry;
 mod seen;
 mod slim;
 mod sources;
+mod triggers;
 mod volumes;
 mod watches;
 mod wiring;

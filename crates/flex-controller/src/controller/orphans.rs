@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
+use super::compact::Shared;
 use super::context::Context;
 use super::reads;
 use flex_core::names::{LABEL_CLAIM_UID, LABEL_VOLUME};
@@ -28,11 +29,14 @@ const RECHECK: Duration = Duration::from_secs(1);
 /// never holds one of the `AT_ONCE` slots while it waits.
 type Waiting = std::sync::Mutex<std::collections::HashMap<String, tokio::time::Instant>>;
 
-pub(super) async fn run(jobs: impl Stream<Item = Result<Job, watcher::Error>>, ctx: Arc<Context>) {
+pub(super) async fn run(
+    jobs: impl Stream<Item = Result<Shared<Job>, watcher::Error>>,
+    ctx: Arc<Context>,
+) {
     ctx.readiness.wait().await;
     let waiting = Arc::new(Waiting::default());
-    let (again_tx, again_rx) = futures::channel::mpsc::unbounded::<Job>();
-    let jobs = jobs.filter_map(|j| async move { j.ok() });
+    let (again_tx, again_rx) = futures::channel::mpsc::unbounded::<Arc<Job>>();
+    let jobs = jobs.filter_map(|j| async move { j.ok().map(|j| j.0) });
     futures::stream::select(jobs, again_rx)
         .for_each_concurrent(AT_ONCE, |job| {
             let (ctx, waiting, again) = (ctx.clone(), waiting.clone(), again_tx.clone());

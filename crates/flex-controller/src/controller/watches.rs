@@ -17,7 +17,7 @@ use kube::{Client, Resource};
 
 use super::Options;
 use super::caches::{self, Caches};
-use super::compact::Compact;
+use super::compact::{Compact, Shared};
 use super::index;
 use super::slim::Slim;
 use flex_core::names::{
@@ -42,8 +42,8 @@ pub(super) struct Watches {
     pub nodes: Changes<Node>,
     pub records: Changes<Compact<ConfigMap>>,
     pub config_maps: Changes<ConfigMap>,
-    pub jobs: Changes<Job>,
-    pub pods: Changes<Pod>,
+    pub jobs: Changes<Shared<Job>>,
+    pub pods: Changes<Shared<Pod>>,
     pub failed_creates: Changes<CoreEvent>,
 }
 
@@ -117,13 +117,13 @@ pub(super) fn watch_everything(client: &Client, opts: &Options) -> Watches {
 struct Namespaced {
     config_maps: Vec<reflector::Store<ConfigMap>>,
     records: Vec<reflector::Store<Compact<ConfigMap>>>,
-    jobs: Vec<index::Indexed<Job>>,
-    pods: Vec<index::Indexed<Pod>>,
+    jobs: Vec<index::Indexed<Job, Shared<Job>>>,
+    pods: Vec<index::Indexed<Pod, Shared<Pod>>>,
     failed_creates: Vec<reflector::Store<CoreEvent>>,
     config_map_changes: Vec<Changes<ConfigMap>>,
     record_changes: Vec<Changes<Compact<ConfigMap>>>,
-    job_changes: Vec<Changes<Job>>,
-    pod_changes: Vec<Changes<Pod>>,
+    job_changes: Vec<Changes<Shared<Job>>>,
+    pod_changes: Vec<Changes<Shared<Pod>>>,
     event_changes: Vec<Changes<CoreEvent>>,
 }
 
@@ -161,7 +161,7 @@ fn namespaced(client: &Client, opts: &Options) -> Namespaced {
             watcher::Config::default().labels(&ours),
             caches::trim_meta,
             caches::job_keys,
-            std::convert::identity,
+            Shared::new,
         );
         n.jobs.push(s);
         n.job_changes.push(changes.boxed());
@@ -170,7 +170,7 @@ fn namespaced(client: &Client, opts: &Options) -> Namespaced {
             watcher::Config::default().labels(&ours),
             caches::trim_meta,
             caches::object_keys,
-            std::convert::identity,
+            Shared::new,
         );
         n.pods.push(s);
         n.pod_changes.push(changes.boxed());

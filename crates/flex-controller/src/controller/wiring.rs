@@ -7,20 +7,22 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
+use futures::stream::BoxStream;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Event as CoreEvent, PersistentVolume, PersistentVolumeClaim, Pod,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource};
 
-use super::compact::Compact;
+use super::compact::{Compact, Shared};
 use super::context::Context;
 use super::watches::watch_everything;
-use super::{Options, caches, expansion, fan_out, orphans, reconcile, volumes};
+use super::{Options, caches, expansion, fan_out, orphans, reconcile, triggers, volumes};
 use flex_core::names::{ANN_SOURCE_VOLUME, LABEL_CONFIG_CLASS, LABEL_VOLUME, annotation, label};
 
 /// Reconciles in flight per controller. Unbounded, a restart in a cluster of 50,000 claims
@@ -85,21 +87,36 @@ async fn controllers(
     let volumes_store = w.caches.volumes.clone();
     let jobs = w.caches.jobs.clone();
     let ctx = Arc::new(Context::new(client, opts, metrics, w.caches));
+    // Every watch runs in a task of its own and hands its changes on through queues
+    // (`fan_out`), as does each controller: a change wakes the task that reads it, not
+    // every watch and controller. Polled together in one task, each watch event and reply
+    // went down every watch to its connection. Dropping the set (leadership lost) aborts
+    // them all.
+    let mut tasks = tokio::task::JoinSet::new();
     // Node and record changes trigger nothing: their streams are only drained.
-    let drain =
-        futures::stream::select(w.nodes.map(drop), w.records.map(drop)).for_each(|()| async {});
+    tasks.spawn(
+        futures::stream::select(w.nodes.map(drop), w.records.map(drop)).for_each(|()| async {}),
+    );
     // One watch of each kind feeds every controller it triggers, and the orphan check.
-    let ([volumes_for_claims, volumes_for_volumes], share_volumes) =
-        fan_out::fan_out::<Compact<PersistentVolume>, 2>(w.volumes);
-    let ([jobs_for_claims, jobs_for_volumes, jobs_for_orphans], share_jobs) =
-        fan_out::fan_out::<Job, 3>(w.jobs);
+    let [volumes_for_claims, volumes_for_volumes] = apart(&mut tasks, w.volumes);
+    let [jobs_for_claims, jobs_for_volumes, jobs_for_orphans] = apart(&mut tasks, w.jobs);
+    let [claim_changes] = apart(&mut tasks, w.claims);
+    let [pods] = apart(&mut tasks, w.pods);
+    let [failed_creates] = apart(&mut tasks, w.failed_creates);
+    let [classes] = apart(&mut tasks, w.classes);
+    let [config_maps] = apart(&mut tasks, w.config_maps);
+    let unchanged = kube::runtime::PredicateConfig::default;
+    let jobs_for_claims = jobs_for_claims.predicate_filter(triggers::job_fingerprint, unchanged());
+    let jobs_for_volumes =
+        jobs_for_volumes.predicate_filter(triggers::job_fingerprint, unchanged());
+    let pods = pods.predicate_filter(triggers::pod_fingerprint, unchanged());
     let orphans_run = orphans::run(jobs_for_orphans, ctx.clone());
     let config = controller::Config::default().concurrency(RECONCILES_AT_ONCE);
     // The volume controller: a PV's own changes, and those of its Jobs (its deprovision
     // and expansion Jobs, and provisioning Jobs that copy from it).
     let volumes_run = Controller::for_stream(volumes_for_volumes, volumes_store)
         .with_config(config.clone())
-        .watches_stream(jobs_for_volumes, |job: Job| {
+        .watches_stream(jobs_for_volumes, |job: Shared<Job>| {
             // Its own volume, and a clone's source, which waits for the copy to finish.
             let own = label(&job.metadata, LABEL_VOLUME);
             let source = annotation(&job.metadata, ANN_SOURCE_VOLUME);
@@ -118,47 +135,61 @@ async fn controllers(
     // controller's `FailedCreate` events, its PV's (by claimRef), and any change of its
     // class or the class's ConfigMap.
     let (by_class, by_config) = (claims.clone(), claims.clone());
-    let claims_run = Controller::for_stream(w.claims, claims.store.clone())
+    let claims_run = Controller::for_stream(claim_changes, claims.store.clone())
         .with_config(config)
-        .watches_stream(jobs_for_claims, |job: Job| {
-            caches::claim_ref_of(job.meta().annotations.as_ref())
+        .watches_stream(jobs_for_claims, |job: Shared<Job>| {
+            triggers::claim_to_trigger(job.meta())
         })
-        .watches_stream(w.pods, |pod: Pod| {
-            caches::claim_ref_of(pod.meta().annotations.as_ref())
+        .watches_stream(pods, |pod: Shared<Pod>| {
+            triggers::claim_to_trigger(pod.meta())
         })
         // A FailedCreate event names its Job; the Job names its claim.
-        .watches_stream(w.failed_creates, move |ev: CoreEvent| {
+        .watches_stream(failed_creates, move |ev: CoreEvent| {
             let o = &ev.involved_object;
-            let at = ObjectRef::<Job>::new(o.name.as_deref()?).within(o.namespace.as_deref()?);
+            let at =
+                ObjectRef::<Shared<Job>>::new(o.name.as_deref()?).within(o.namespace.as_deref()?);
             let job = jobs.iter().find_map(|j| j.store.get(&at))?;
-            caches::claim_ref_of(job.meta().annotations.as_ref())
+            triggers::claim_to_trigger(job.meta())
         })
         .watches_stream(volumes_for_claims, |pv: Compact<PersistentVolume>| {
-            let r = pv.full()?.spec?.claim_ref?;
-            Some(ObjectRef::new(r.name.as_deref()?).within(r.namespace.as_deref()?))
+            triggers::claim_of_volume(&pv)
         })
-        .watches_stream(w.classes, move |sc: StorageClass| {
+        .watches_stream(classes, move |sc: StorageClass| {
             by_class.refs(&caches::by_class(
                 sc.meta().name.as_deref().unwrap_or_default(),
             ))
         })
-        .watches_stream(w.config_maps, move |cm: ConfigMap| {
+        .watches_stream(config_maps, move |cm: ConfigMap| {
             let class = label(&cm.metadata, LABEL_CONFIG_CLASS).unwrap_or_default();
             by_config.refs(&caches::by_class(class))
         })
         .run(claim_pipelines, Context::error_policy, ctx.clone())
         .for_each(settled(&ctx, "claim"));
-    // On the heap: with their many trigger streams these futures are large, and tests run
-    // the controller on a thread with a small stack.
-    futures::join!(
-        claims_run.boxed(),
-        volumes_run.boxed(),
-        orphans_run,
-        share_volumes,
-        share_jobs,
-        drain,
-        upkeep(ctx, health),
-    );
+    tasks.spawn(claims_run);
+    tasks.spawn(volumes_run);
+    tasks.spawn(orphans_run);
+    tasks.spawn(upkeep(ctx, health));
+    while let Some(done) = tasks.join_next().await {
+        if let Err(e) = done
+            && e.is_panic()
+        {
+            std::panic::resume_unwind(e.into_panic());
+        }
+    }
+}
+
+/// `N` streams of what `changes` yields, for `N` consumers, with the task that polls the
+/// watch behind it (`fan_out`) in `tasks`.
+fn apart<K, const N: usize>(
+    tasks: &mut tokio::task::JoinSet<()>,
+    changes: BoxStream<'static, Result<K, kube::runtime::watcher::Error>>,
+) -> [BoxStream<'static, Result<K, kube::runtime::watcher::Error>>; N]
+where
+    K: Resource + Clone + Send + Sync + 'static,
+{
+    let (streams, drive) = fan_out::fan_out::<K, N>(changes);
+    tasks.spawn(drive);
+    streams
 }
 
 /// Readiness once the caches are filled, the write gate once they are synced, and the
