@@ -45,6 +45,14 @@ impl Maps {
     }
 
     fn insert(&mut self, at: At, keys: Vec<String>) {
+        // Most changes (a Job's status, a pod's) keep an object's keys.
+        if self.of_object.get(&at).is_some_and(|old| {
+            old.iter()
+                .map(AsRef::as_ref)
+                .eq(keys.iter().map(String::as_str))
+        }) {
+            return;
+        }
         self.remove(&at);
         if keys.is_empty() {
             return;

@@ -114,15 +114,19 @@ async fn controllers(
     let config = controller::Config::default().concurrency(RECONCILES_AT_ONCE);
     // The volume controller: a PV's own changes, and those of its Jobs (its deprovision
     // and expansion Jobs, and provisioning Jobs that copy from it).
+    let cached = volumes_store.clone();
     let volumes_run = Controller::for_stream(volumes_for_volumes, volumes_store)
         .with_config(config.clone())
-        .watches_stream(jobs_for_volumes, |job: Shared<Job>| {
-            // Its own volume, and a clone's source, which waits for the copy to finish.
+        .watches_stream(jobs_for_volumes, move |job: Shared<Job>| {
+            // Its own volume, and a clone's source, which waits for the copy to finish. A
+            // volume not cached (a provisioning Job's, before its PV exists) comes with its
+            // own first change.
             let own = label(&job.metadata, LABEL_VOLUME);
             let source = annotation(&job.metadata, ANN_SOURCE_VOLUME);
             own.into_iter()
                 .chain(source)
                 .map(ObjectRef::new)
+                .filter(|r| cached.get(r).is_some())
                 .collect::<Vec<_>>()
         })
         .run(
