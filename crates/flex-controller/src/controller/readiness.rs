@@ -7,7 +7,8 @@
 //! to wait on the stores directly, so after a restart in a populated cluster the reconciles
 //! started by the initial lists (and readiness itself) never resumed. Here exactly one
 //! future waits on the stores, and everyone else waits on a `watch` channel, which wakes
-//! all of its receivers.
+//! all of its receivers. kube-runtime's controllers wait on their own stores too: they run
+//! in this future's task (`wiring.rs`).
 
 use futures::future::BoxFuture;
 use tokio::sync::watch;

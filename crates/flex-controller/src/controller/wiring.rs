@@ -88,7 +88,7 @@ async fn controllers(
     let jobs = w.caches.jobs.clone();
     let ctx = Arc::new(Context::new(client, opts, metrics, w.caches));
     // Every watch runs in a task of its own and hands its changes on through queues
-    // (`fan_out`), as does each controller: a change wakes the task that reads it, not
+    // (`fan_out`), apart from the controllers: a change wakes the task that reads it, not
     // every watch and controller. Polled together in one task, each watch event and reply
     // went down every watch to its connection. Dropping the set (leadership lost) aborts
     // them all.
@@ -169,10 +169,14 @@ async fn controllers(
         })
         .run(claim_pipelines, Context::error_policy, ctx.clone())
         .for_each(settled(&ctx, "claim"));
-    tasks.spawn(claims_run);
-    tasks.spawn(volumes_run);
+    // The two controllers and readiness share one task: each controller's runner waits on
+    // its store's first list as readiness does, and kube-runtime wakes only the last task
+    // to wait on a store (`readiness.rs`); in tasks of their own, readiness waited for the
+    // gauge's next tick, five seconds.
+    tasks.spawn(async move {
+        futures::join!(claims_run, volumes_run, upkeep(ctx, health));
+    });
     tasks.spawn(orphans_run);
-    tasks.spawn(upkeep(ctx, health));
     while let Some(done) = tasks.join_next().await {
         if let Err(e) = done
             && e.is_panic()
