@@ -49,6 +49,12 @@ impl<K: Resource + Serialize + DeserializeOwned> Compact<K> {
             .inspect_err(|e| tracing::error!(error = %e, "a cached object does not parse"))
             .ok()
     }
+
+    /// Only the fields `T` declares, read from the text (the rest is skipped, not built):
+    /// for a look at one or two fields of every change.
+    pub fn part<T: DeserializeOwned>(&self) -> Option<T> {
+        serde_json::from_str(&self.body).ok()
+    }
 }
 
 impl<'de, K: Resource + Serialize + DeserializeOwned> Deserialize<'de> for Compact<K> {

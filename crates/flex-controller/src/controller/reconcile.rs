@@ -126,7 +126,7 @@ async fn gather(
         (ctx.apply.expected).unseen_for(&uid, |name| jobs.iter().any(|j| j.name_any() == name));
     let not_starting = jobs
         .iter()
-        .filter(|j| outcome(j, &[]) == JobOutcome::Running && no_pods(j))
+        .filter(|j| outcome(j, &[]) == JobOutcome::Running && !super::triggers::had_pods(j))
         .filter_map(|j| Some((j.clone(), ctx.caches.failed_create(j)?.message.clone()?)))
         .collect();
     // Only a pending claim of ours can start a Job.
@@ -146,10 +146,6 @@ async fn gather(
         pending,
         limited,
     }))
-}
-
-fn no_pods(job: &Job) -> bool {
-    (job.status.as_ref()).is_none_or(|s| s.active.unwrap_or(0) == 0 && s.failed.unwrap_or(0) == 0)
 }
 
 impl super::drive::Pipeline for Deciding<'_, Gathered> {

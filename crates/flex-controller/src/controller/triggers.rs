@@ -9,8 +9,11 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::reflector::ObjectRef;
 
+use kube::Resource;
+
 use super::caches::claim_ref_of;
 use super::compact::{Compact, Shared};
+use super::index::Indexed;
 use flex_core::names::Action;
 
 /// The claim a Job (or its pod, or an event about it) brings back: that of a provisioning
@@ -26,7 +29,7 @@ pub(super) fn claim_to_trigger(
 /// What of a pod a plan reads (`flex_core::job`: how it failed, its report, why it cannot
 /// start), hashed: a pod changes about six times on its way, and only its end (or a reason it
 /// cannot start) brings its claim anything.
-pub(super) fn pod_fingerprint(pod: &Shared<Pod>) -> Option<u64> {
+pub(super) fn pod_fingerprint(pod: &Pod) -> u64 {
     let status = pod.status.as_ref();
     let mut h = DefaultHasher::new();
     let phase = status.and_then(|s| s.phase.as_deref());
@@ -58,24 +61,84 @@ pub(super) fn pod_fingerprint(pod: &Shared<Pod>) -> Option<u64> {
         (&c.reason, &c.message).hash(&mut h);
     }
     pod.metadata.deletion_timestamp.is_some().hash(&mut h);
-    Some(h.finish())
+    h.finish()
 }
 
-/// What of a Job a plan reads (`flex_core::job::outcome`: its conditions; whether it has
-/// pods), hashed: its counts of ready and uncounted pods change without bringing anything.
-pub(super) fn job_fingerprint(job: &Shared<Job>) -> Option<u64> {
-    let status = job.status.as_ref();
-    let mut h = DefaultHasher::new();
-    for c in status
-        .and_then(|s| s.conditions.as_ref())
+/// How a Job ended, as `flex_core::job::outcome` reads it: its `Complete` and `Failed`
+/// conditions. Those before them (`SuccessCriteriaMet`, `FailureTarget`) and its counts of
+/// ready and uncounted pods change without bringing anything.
+fn ending(job: &Job, h: &mut DefaultHasher) {
+    let conditions = job.status.as_ref().and_then(|s| s.conditions.as_ref());
+    for c in conditions
         .into_iter()
         .flatten()
+        .filter(|c| matches!(c.type_.as_str(), "Complete" | "Failed"))
     {
-        (&c.type_, &c.status, &c.reason, &c.message).hash(&mut h);
+        (&c.type_, &c.status, &c.reason, &c.message).hash(h);
     }
-    let counts = status.map(|s| (s.active.unwrap_or(0) > 0, s.failed, s.succeeded));
-    (counts, job.metadata.deletion_timestamp.is_some()).hash(&mut h);
-    Some(h.finish())
+    job.metadata.deletion_timestamp.is_some().hash(h);
+}
+
+/// What of a Job the claim's plans read, hashed: how it ended and whether it ever had a pod
+/// (a Job without one is looked into for why, `reconcile.rs`).
+pub(super) fn job_fingerprint(job: &Job) -> u64 {
+    let mut h = DefaultHasher::new();
+    ending(job, &mut h);
+    had_pods(job).hash(&mut h);
+    h.finish()
+}
+
+/// What of a Job the volume's plan reads, hashed: how it ended. Its first pod brings a
+/// volume nothing.
+pub(super) fn job_ending(job: &Job) -> u64 {
+    let mut h = DefaultHasher::new();
+    ending(job, &mut h);
+    h.finish()
+}
+
+/// Whether a Job has or had a pod: one running, failed, succeeded, or ended and not yet
+/// counted. Only a Job that never had one can be kept from starting (a quota, a missing
+/// ServiceAccount).
+pub(super) fn had_pods(job: &Job) -> bool {
+    let Some(s) = job.status.as_ref() else {
+        return false;
+    };
+    let uncounted = s.uncounted_terminated_pods.as_ref();
+    let any = |v: Option<&Vec<String>>| v.is_some_and(|v| !v.is_empty());
+    [s.active, s.failed, s.succeeded, s.ready]
+        .iter()
+        .any(|n| n.unwrap_or(0) > 0)
+        || uncounted.is_some_and(|u| any(u.succeeded.as_ref()) || any(u.failed.as_ref()))
+}
+
+/// Whether one of `stores` still holds the object (by uid).
+pub(super) fn held_in<K>(stores: Vec<Indexed<K, Shared<K>>>) -> impl Fn(&Shared<K>) -> bool
+where
+    K: Resource<DynamicType = ()> + Clone,
+{
+    move |o| {
+        let at = ObjectRef::from_obj(o);
+        stores.iter().any(|s| {
+            s.store
+                .get(&at)
+                .is_some_and(|c| c.meta().uid == o.meta().uid)
+        })
+    }
+}
+
+/// `fingerprint` for kube-runtime's predicate filter, unless the object has left its store
+/// (`cached`: whether the store still holds it, by uid). The filter compares a deleted
+/// object's last state with the one it saw before, so a Job or pod deleted without a
+/// finalizer would bring nothing back until the next timed look; a deletion always does.
+pub(super) fn unless_gone<K>(
+    fingerprint: fn(&K) -> u64,
+    cached: impl Fn(&Shared<K>) -> bool,
+) -> impl Fn(&Shared<K>) -> Option<u64> {
+    move |o| {
+        let mut h = DefaultHasher::new();
+        (fingerprint(o), cached(o)).hash(&mut h);
+        Some(h.finish())
+    }
 }
 
 /// The claim a PV is bound to. A released volume's claim is gone: its deprovisioning is the
@@ -83,9 +146,32 @@ pub(super) fn job_fingerprint(job: &Shared<Job>) -> Option<u64> {
 pub(super) fn claim_of_volume(
     pv: &Compact<PersistentVolume>,
 ) -> Option<ObjectRef<Compact<PersistentVolumeClaim>>> {
-    let pv = pv.full()?;
-    let phase = pv.status.as_ref().and_then(|s| s.phase.as_deref());
-    let r = pv.spec.filter(|_| phase != Some("Released"))?.claim_ref?;
+    // Read for every change of every PV: only the two fields, not the whole volume.
+    #[derive(serde::Deserialize)]
+    struct Volume {
+        spec: Option<Spec>,
+        status: Option<Status>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Spec {
+        #[serde(rename = "claimRef")]
+        claim_ref: Option<Ref>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Ref {
+        namespace: Option<String>,
+        name: Option<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Status {
+        phase: Option<String>,
+    }
+    let pv: Volume = pv.part()?;
+    let phase = pv.status.and_then(|s| s.phase);
+    let r = pv
+        .spec
+        .filter(|_| phase.as_deref() != Some("Released"))?
+        .claim_ref?;
     Some(ObjectRef::new(r.name.as_deref()?).within(r.namespace.as_deref()?))
 }
 
@@ -138,7 +224,7 @@ mod tests {
 
     #[test]
     fn a_pod_brings_its_claim_back_when_it_ends_or_cannot_start() {
-        let fp = |status: Value| pod_fingerprint(&pod(status)).unwrap();
+        let fp = |status: Value| pod_fingerprint(&pod(status));
         let created = fp(json!({"phase": "Pending"}));
         let waiting = |reason: &str| {
             json!({"phase": "Pending", "containerStatuses": [{"name": "provisioner", "image": "i",
@@ -173,25 +259,104 @@ mod tests {
         deleted.meta_mut().deletion_timestamp = Some(
             k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
         );
-        assert_ne!(pod_fingerprint(&deleted).unwrap(), created);
+        assert_ne!(pod_fingerprint(&deleted), created);
     }
 
     #[test]
-    fn a_job_brings_its_claim_back_when_its_conditions_or_pods_change() {
-        let fp = |status: Value| job_fingerprint(&job("provision", status)).unwrap();
+    fn a_job_brings_its_claim_back_when_it_gets_its_first_pod_or_ends() {
+        let fp = |status: Value| job_fingerprint(&job("provision", status));
         let active = fp(json!({"active": 1}));
-        assert_eq!(fp(json!({"active": 1, "ready": 1})), active);
-        let uncounted = json!({"active": 1, "uncountedTerminatedPods": {"succeeded": ["u"]}});
-        assert_eq!(fp(uncounted), active);
         assert_ne!(fp(json!({})), active, "its first pod");
-        assert_ne!(
-            fp(json!({"active": 1, "failed": 1})),
-            active,
-            "a pod failed"
+        let quiet = [
+            json!({"active": 1, "ready": 1}),
+            json!({"active": 0, "uncountedTerminatedPods": {"succeeded": ["u"]}}),
+            json!({"active": 1, "failed": 1}),
+            json!({"succeeded": 1, "conditions": [
+                {"type": "SuccessCriteriaMet", "status": "True"}]}),
+            json!({"failed": 1, "conditions": [
+                {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded"}]}),
+        ];
+        for status in quiet {
+            assert_eq!(fp(status.clone()), active, "{status}");
+        }
+        let ended = [
+            json!({"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}),
+            json!({"failed": 1, "conditions": [{"type": "Failed", "status": "True",
+                "reason": "BackoffLimitExceeded", "message": "m"}]}),
+        ];
+        for status in ended {
+            assert_ne!(fp(status.clone()), active, "{status}");
+        }
+    }
+
+    #[test]
+    fn a_job_brings_its_volume_back_only_when_it_ends() {
+        let fp = |status: Value| job_ending(&job("deprovision", status));
+        let created = fp(json!({}));
+        assert_eq!(
+            fp(json!({"active": 1, "ready": 1})),
+            created,
+            "its first pod"
         );
+        let met = json!({"succeeded": 1, "conditions": [
+            {"type": "SuccessCriteriaMet", "status": "True"}]});
+        assert_eq!(fp(met), created);
         let complete = json!({"succeeded": 1, "conditions": [
+            {"type": "SuccessCriteriaMet", "status": "True"},
             {"type": "Complete", "status": "True"}]});
-        assert_ne!(fp(complete), active);
+        assert_ne!(fp(complete), created);
+    }
+
+    #[test]
+    fn a_job_without_pods_is_one_that_never_had_one() {
+        let had = |status: Value| had_pods(&job("provision", status));
+        assert!(!had(json!({})));
+        assert!(!had(json!({"active": 0, "failed": 0})));
+        for status in [
+            json!({"active": 1}),
+            json!({"failed": 1}),
+            json!({"succeeded": 1}),
+            json!({"uncountedTerminatedPods": {"succeeded": ["u"]}}),
+            json!({"uncountedTerminatedPods": {"failed": ["u"]}}),
+        ] {
+            assert!(had(status.clone()), "{status}");
+        }
+    }
+
+    #[test]
+    fn a_deletion_passes_the_filter_though_nothing_else_changed() {
+        use futures::StreamExt;
+        use kube::runtime::watcher::Event;
+        let (store, mut writer) = kube::runtime::reflector::store::<Shared<Job>>();
+        let index = std::sync::Arc::new(super::super::index::Index::new(|_: &Job| vec![]));
+        let cached = held_in(vec![Indexed { store, index }]);
+        let version = |v: &str| {
+            let mut j = job("provision", json!({"active": 1}));
+            j.meta_mut().resource_version = Some(v.into());
+            j
+        };
+        // (the Job as the watch tells it, whether the store has dropped it by then)
+        let told = [("1", false), ("2", false), ("3", true), ("4", true)];
+        let changes = futures::stream::iter(told).map(move |(v, deleted)| {
+            let j = version(v);
+            let event = if deleted {
+                Event::Delete(j.clone())
+            } else {
+                Event::Apply(j.clone())
+            };
+            writer.apply_watcher_event(&event);
+            Ok(j)
+        });
+        let passed: Vec<_> = futures::executor::block_on(
+            kube::runtime::WatchStreamExt::predicate_filter(
+                changes,
+                unless_gone(job_fingerprint, cached),
+                kube::runtime::PredicateConfig::default(),
+            )
+            .map(|j| j.unwrap().metadata.resource_version.clone().unwrap())
+            .collect(),
+        );
+        assert_eq!(passed, ["1", "3"]);
     }
 
     #[test]

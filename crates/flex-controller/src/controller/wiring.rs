@@ -105,11 +105,25 @@ async fn controllers(
     let [failed_creates] = apart(&mut tasks, w.failed_creates);
     let [classes] = apart(&mut tasks, w.classes);
     let [config_maps] = apart(&mut tasks, w.config_maps);
+    // Changes that bring a controller nothing are dropped before its scheduler
+    // (`triggers.rs`); a deletion always passes.
     let unchanged = kube::runtime::PredicateConfig::default;
-    let jobs_for_claims = jobs_for_claims.predicate_filter(triggers::job_fingerprint, unchanged());
-    let jobs_for_volumes =
-        jobs_for_volumes.predicate_filter(triggers::job_fingerprint, unchanged());
-    let pods = pods.predicate_filter(triggers::pod_fingerprint, unchanged());
+    let (job_stores, pod_stores) = (ctx.caches.jobs.clone(), ctx.caches.pods.clone());
+    let jobs_for_claims = jobs_for_claims.predicate_filter(
+        triggers::unless_gone(
+            triggers::job_fingerprint,
+            triggers::held_in(job_stores.clone()),
+        ),
+        unchanged(),
+    );
+    let jobs_for_volumes = jobs_for_volumes.predicate_filter(
+        triggers::unless_gone(triggers::job_ending, triggers::held_in(job_stores)),
+        unchanged(),
+    );
+    let pods = pods.predicate_filter(
+        triggers::unless_gone(triggers::pod_fingerprint, triggers::held_in(pod_stores)),
+        unchanged(),
+    );
     let orphans_run = orphans::run(jobs_for_orphans, ctx.clone());
     let config = controller::Config::default().concurrency(RECONCILES_AT_ONCE);
     // The volume controller: a PV's own changes, and those of its Jobs (its deprovision
