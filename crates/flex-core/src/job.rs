@@ -609,14 +609,11 @@ pub fn pod_failure(pod: &Pod) -> Option<String> {
 }
 
 pub fn outcome(job: &Job, pods: &[&Pod]) -> JobOutcome {
-    let conditions = job
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.clone())
-        .unwrap_or_default();
+    let conditions = job.status.as_ref().and_then(|s| s.conditions.as_deref());
     let is_true = |t: &str| {
         conditions
-            .iter()
+            .into_iter()
+            .flatten()
             .find(|c| c.type_ == t && c.status == "True")
     };
     if is_true("Complete").is_some() {
