@@ -96,9 +96,9 @@ pub(super) fn job_ending(job: &Job) -> u64 {
     h.finish()
 }
 
-/// Whether a Job has or had a pod: one running, failed, succeeded, or ended and not yet
-/// counted. Only a Job that never had one can be kept from starting (a quota, a missing
-/// ServiceAccount).
+/// Whether a Job's counts show a pod: one running, ready, failed, succeeded, or ended and
+/// not yet counted. Only a Job whose counts show none is looked into for why it cannot
+/// start (a quota, a missing ServiceAccount).
 pub(super) fn had_pods(job: &Job) -> bool {
     let Some(s) = job.status.as_ref() else {
         return false;
@@ -126,17 +126,27 @@ where
     }
 }
 
-/// `fingerprint` for kube-runtime's predicate filter, unless the object has left its store
-/// (`cached`: whether the store still holds it, by uid). The filter compares a deleted
-/// object's last state with the one it saw before, so a Job or pod deleted without a
-/// finalizer would bring nothing back until the next timed look; a deletion always does.
+/// `fingerprint` for kube-runtime's predicate filter, and whether the object has left its
+/// store (`cached`: whether the store still holds it, by uid). The filter compares a
+/// deleted object's last state with the one it saw before, so a Job or pod deleted without
+/// a finalizer would bring nothing back until the next timed look.
+///
+/// An object not held is hashed with its resourceVersion too: during a list the store
+/// takes the listed objects only once the list is done, so an object seen then counts as
+/// not held, and its deletion (which the API server gives a resourceVersion of its own)
+/// must still differ from it.
 pub(super) fn unless_gone<K>(
     fingerprint: fn(&K) -> u64,
     cached: impl Fn(&Shared<K>) -> bool,
-) -> impl Fn(&Shared<K>) -> Option<u64> {
+) -> impl Fn(&Shared<K>) -> Option<u64>
+where
+    K: Resource<DynamicType = ()> + Clone,
+{
     move |o| {
         let mut h = DefaultHasher::new();
-        (fingerprint(o), cached(o)).hash(&mut h);
+        let held = cached(o);
+        let version = (!held).then(|| o.meta().resource_version.as_deref());
+        (fingerprint(o), held, version).hash(&mut h);
         Some(h.finish())
     }
 }
@@ -308,7 +318,7 @@ mod tests {
     }
 
     #[test]
-    fn a_job_without_pods_is_one_that_never_had_one() {
+    fn a_job_without_pods_is_one_whose_counts_show_none() {
         let had = |status: Value| had_pods(&job("provision", status));
         assert!(!had(json!({})));
         assert!(!had(json!({"active": 0, "failed": 0})));
@@ -336,7 +346,7 @@ mod tests {
             j
         };
         // (the Job as the watch tells it, whether the store has dropped it by then)
-        let told = [("1", false), ("2", false), ("3", true), ("4", true)];
+        let told = [("1", false), ("2", false), ("3", true)];
         let changes = futures::stream::iter(told).map(move |(v, deleted)| {
             let j = version(v);
             let event = if deleted {
@@ -357,6 +367,43 @@ mod tests {
             .collect(),
         );
         assert_eq!(passed, ["1", "3"]);
+    }
+
+    #[test]
+    fn a_deletion_passes_though_the_job_was_first_seen_during_a_list() {
+        use futures::StreamExt;
+        use kube::runtime::watcher::Event;
+        let (store, mut writer) = kube::runtime::reflector::store::<Shared<Job>>();
+        let index = std::sync::Arc::new(super::super::index::Index::new(|_: &Job| vec![]));
+        let cached = held_in(vec![Indexed { store, index }]);
+        let version = |v: &str| {
+            let mut j = job("provision", json!({"active": 1}));
+            j.meta_mut().resource_version = Some(v.into());
+            j
+        };
+        // A list (the store takes its objects at InitDone), the Job read from the list
+        // before the store has it, then its deletion.
+        let (listed, deleted) = (version("1"), version("2"));
+        let events = [
+            (Event::Init, None),
+            (Event::InitApply(listed.clone()), Some(listed)),
+            (Event::InitDone, None),
+            (Event::Delete(deleted.clone()), Some(deleted)),
+        ];
+        let changes = futures::stream::iter(events).filter_map(move |(event, told)| {
+            writer.apply_watcher_event(&event);
+            std::future::ready(told.map(Ok))
+        });
+        let passed: Vec<_> = futures::executor::block_on(
+            kube::runtime::WatchStreamExt::predicate_filter(
+                changes,
+                unless_gone(job_fingerprint, cached),
+                kube::runtime::PredicateConfig::default(),
+            )
+            .map(|j| j.unwrap().metadata.resource_version.clone().unwrap())
+            .collect(),
+        );
+        assert_eq!(passed, ["1", "2"]);
     }
 
     #[test]

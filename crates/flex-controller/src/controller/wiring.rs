@@ -106,7 +106,7 @@ async fn controllers(
     let [classes] = apart(&mut tasks, w.classes);
     let [config_maps] = apart(&mut tasks, w.config_maps);
     // Changes that bring a controller nothing are dropped before its scheduler
-    // (`triggers.rs`); a deletion always passes.
+    // (`triggers.rs`); a deletion passes.
     let unchanged = kube::runtime::PredicateConfig::default;
     let (job_stores, pod_stores) = (ctx.caches.jobs.clone(), ctx.caches.pods.clone());
     let jobs_for_claims = jobs_for_claims.predicate_filter(
