@@ -107,14 +107,17 @@ impl Applier {
         created(self.create_unread(&api, object).await, what)
     }
 
-    /// Sends a write and drops the object the API server answers with: no write here reads
-    /// it, and decoding the Jobs and PVs it returned took about a tenth of the volume
-    /// controller's time. Errors are the API server's, as from `Api`'s own methods.
+    /// Sends a write and leaves the object the API server answers with undecoded: no write
+    /// here reads it, and decoding the Jobs and PVs it returned took about a tenth of the
+    /// volume controller's time. Errors are the API server's, as from `Api`'s own methods.
+    /// `verb` names the request's trace span, as kube's `Api` does.
     async fn send_unread(
         &self,
+        verb: &'static str,
         request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
     ) -> Result<(), kube::Error> {
-        let request = request.map_err(kube::Error::BuildRequest)?;
+        let mut request = request.map_err(kube::Error::BuildRequest)?;
+        request.extensions_mut().insert(verb);
         self.client.request_text(request).await.map(drop)
     }
 
@@ -125,7 +128,7 @@ impl Applier {
     {
         let body = serde_json::to_vec(object).map_err(kube::Error::SerdeError)?;
         let request = kube::core::Request::new(api.resource_url());
-        self.send_unread(request.create(&PostParams::default(), body))
+        self.send_unread("create", request.create(&PostParams::default(), body))
             .await
     }
 
@@ -188,9 +191,11 @@ impl Applier {
         K: Resource<DynamicType = ()>,
     {
         let request = kube::core::Request::new(api.resource_url());
-        let answer =
-            (self.send_unread(request.patch(name, &PatchParams::default(), &Patch::Merge(patch))))
-                .await;
+        let answer = (self.send_unread(
+            "patch",
+            request.patch(name, &PatchParams::default(), &Patch::Merge(patch)),
+        ))
+        .await;
         gone_is_done(answer, writing::<K>("patching", name))
     }
 
@@ -226,12 +231,15 @@ impl Applier {
         K: Resource<DynamicType = ()>,
     {
         let request = kube::core::Request::new(api.resource_url());
-        let answer = (self.send_unread(request.patch_subresource(
-            "status",
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(patch),
-        )))
+        let answer = (self.send_unread(
+            "patch_status",
+            request.patch_subresource(
+                "status",
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(patch),
+            ),
+        ))
         .await;
         gone_is_done(answer, writing::<K>("patching the status of", name))
     }
@@ -257,7 +265,11 @@ impl Applier {
         };
         let what = writing::<K>("deleting", name);
         let request = kube::core::Request::new(api.resource_url());
-        gone_is_done(self.send_unread(request.delete(name, &dp)).await, what).map(drop)
+        gone_is_done(
+            self.send_unread("delete", request.delete(name, &dp)).await,
+            what,
+        )
+        .map(drop)
     }
 
     /// Marks a provisioning Job as having had its PV, so that plan::orphan never takes it
