@@ -19,6 +19,7 @@ pub mod plan;
 pub mod recipe;
 pub mod record;
 pub mod rendered;
+pub mod snapshot;
 pub mod source;
 pub mod template;
 pub mod volume;

@@ -29,6 +29,30 @@ impl fmt::Display for Bytes {
     }
 }
 
+/// A byte count as Kubernetes writes a binary quantity (`resource.BinarySI`): with the
+/// largest of Ki to Ei that divides it, plain digits when none does, and below 1024 in
+/// decimal form (so 1000 is `1k`).
+pub fn format_binary(bytes: u64) -> String {
+    if bytes == 1000 {
+        return "1k".into();
+    }
+    if bytes >= 1024 {
+        for (shift, suffix) in [
+            (60, "Ei"),
+            (50, "Pi"),
+            (40, "Ti"),
+            (30, "Gi"),
+            (20, "Mi"),
+            (10, "Ki"),
+        ] {
+            if bytes.trailing_zeros() >= shift {
+                return format!("{}{suffix}", bytes >> shift);
+            }
+        }
+    }
+    bytes.to_string()
+}
+
 /// Parses a quantity as Kubernetes writes it and returns whole bytes, rounded up
 /// (Kubernetes rounds a fractional byte count up as well).
 pub fn parse_bytes(text: &str) -> Result<Bytes, QuantityError> {
@@ -124,6 +148,25 @@ mod tests {
 
     fn b(s: &str) -> u64 {
         parse_bytes(s).unwrap().0
+    }
+
+    #[test]
+    fn binary_quantities_are_written_as_kubernetes_writes_them() {
+        for (bytes, text) in [
+            (0, "0"),
+            (512, "512"),
+            (1000, "1k"),
+            (1024, "1Ki"),
+            (1025, "1025"),
+            (1536, "1536"),
+            (3072, "3Ki"),
+            (1 << 30, "1Gi"),
+            (3 << 40, "3Ti"),
+            ((1 << 30) + 1024, "1048577Ki"),
+        ] {
+            assert_eq!(format_binary(bytes), text, "{bytes}");
+            assert_eq!(parse_bytes(text).unwrap().0, bytes, "{text}");
+        }
     }
 
     #[test]
