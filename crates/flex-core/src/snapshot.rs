@@ -13,6 +13,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+pub mod record;
+pub mod report;
+
 pub const GROUP: &str = "snapshot.storage.k8s.io";
 pub const API_VERSION: &str = "snapshot.storage.k8s.io/v1";
 /// Held on a content while its backend snapshot may exist; whoever deletes the backend
