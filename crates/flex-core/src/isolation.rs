@@ -70,8 +70,29 @@ pub fn exact_volume(template: &PodTemplateSpec, dir: &VolumeDirectory) -> Option
     })
 }
 
+/// The directory below a class's base that holds its snapshots, one per VolumeSnapshot
+/// (`.snapshots/<namespace>/<uid>`). No `volume-directory` may render into it
+/// (`directory_problem`), so no tenant's volume is ever one of them.
+pub const SNAPSHOTS: &str = ".snapshots";
+
+/// The directory of the snapshot `uid` of a claim in `namespace`, below the base.
+pub fn snapshot_directory(namespace: &str, uid: &str) -> String {
+    format!("{SNAPSHOTS}/{namespace}/{uid}")
+}
+
+/// What a snapshot's image reports as its handle when the class has `volume-base`: the
+/// node directory (`hostPath` base) or `server:path` (`nfs` base) of `dir`.
+pub fn exact_handle(template: &PodTemplateSpec, dir: &VolumeDirectory) -> Option<String> {
+    Some(match exact_volume(template, dir)? {
+        ExactVolume::Path(p) => p,
+        ExactVolume::Nfs { server, path } => format!("{server}:{path}"),
+    })
+}
+
 /// A clone's source mount, from the recipe recorded with the source volume (`None`: the
-/// source's class had no `volume-base`, and the clone's pod gets no source mount).
+/// source's class had no `volume-base`, and the clone's pod gets no source mount). A
+/// snapshot's recipe names the snapshot's directory: a restore copies from there, and the
+/// snapshot Job itself copies from the volume's.
 pub fn source_mount(recipe: &JobRecipe) -> Option<SourceMount> {
     let dir = recipe.volume.as_ref()?;
     let template = recipe.pod_template.as_ref()?;
@@ -87,8 +108,8 @@ pub fn source_mount(recipe: &JobRecipe) -> Option<SourceMount> {
 /// Replaces the container's mount of the whole base with what `action` needs, each at the
 /// path it has below the base's mount path (so an image's paths do not change): the volume
 /// itself to provision or expand it (the kubelet makes a missing directory), its parent
-/// directory to remove it (a mount point cannot be removed from inside), and a clone's
-/// source read-only.
+/// directory to remove it (a mount point cannot be removed from inside), and what a clone,
+/// a restore or a snapshot copies from, read-only.
 pub fn mount_only(
     template: &mut PodTemplateSpec,
     action: Action,
@@ -115,7 +136,7 @@ pub fn mount_only(
     };
     mounts.retain(|m| m.name != dir.base && m.name != SOURCE_VOLUME);
     let sub_path = match action {
-        Action::Deprovision => dir
+        Action::Deprovision | Action::DeleteSnapshot => dir
             .directory
             .rsplit_once('/')
             .map(|(parent, _)| parent.to_owned())
@@ -128,7 +149,8 @@ pub fn mount_only(
         sub_path: (!sub_path.is_empty()).then_some(sub_path),
         ..Default::default()
     });
-    let Some(source) = source.filter(|_| action == Action::Provision) else {
+    let copies = matches!(action, Action::Provision | Action::Snapshot);
+    let Some(source) = source.filter(|_| copies) else {
         return;
     };
     mounts.push(VolumeMount {
@@ -158,6 +180,11 @@ pub fn directory_problem(directory: &str) -> Option<String> {
     if directory.starts_with('/') {
         return Some(format!(
             "rendered `{directory}`, an absolute path; it names a directory relative to the base"
+        ));
+    }
+    if directory.split('/').next() == Some(SNAPSHOTS) {
+        return Some(format!(
+            "rendered `{directory}`, inside `{SNAPSHOTS}`, where the class's snapshots are kept"
         ));
     }
     if directory.chars().any(char::is_control) {

@@ -122,6 +122,7 @@ pub fn provision_job(cx: ProvisionContext<'_>, attempt: u32, ttl_seconds: i32) -
         parameters: &rendered.parameters,
         source: source.and_then(|s| s.mount()),
         ttl_seconds,
+        labels: Vec::new(),
     });
     let annotations = job
         .metadata
@@ -204,7 +205,7 @@ fn provision_env(cx: &ProvisionContext<'_>) -> Vec<(&'static str, String)> {
 
 /// What every Job says of its volume, read from its PV (for provisioning, the PV it is to
 /// make): `size` is the size it is to have, `node` the node it runs for.
-fn volume_env(
+pub(crate) fn volume_env(
     action: Action,
     provisioner_name: &str,
     pv: &PersistentVolume,
@@ -352,6 +353,7 @@ fn volume_job(v: VolumeJob<'_>) -> Job {
         parameters: v.parameters,
         source: None,
         ttl_seconds: v.ttl_seconds,
+        labels: Vec::new(),
     });
     job.metadata
         .annotations
@@ -363,31 +365,40 @@ fn volume_job(v: VolumeJob<'_>) -> Job {
     job
 }
 
-struct JobInput<'a> {
-    action: Action,
-    name: String,
-    attempt: u32,
-    claim_uid: String,
-    volume: String,
-    claim_ref: String,
-    storage_class: String,
-    recipe: JobRecipe,
-    env: Vec<(&'static str, String)>,
-    parameters: &'a BTreeMap<String, String>,
+pub(crate) struct JobInput<'a> {
+    pub(crate) action: Action,
+    pub(crate) name: String,
+    pub(crate) attempt: u32,
+    pub(crate) claim_uid: String,
+    pub(crate) volume: String,
+    pub(crate) claim_ref: String,
+    pub(crate) storage_class: String,
+    pub(crate) recipe: JobRecipe,
+    pub(crate) env: Vec<(&'static str, String)>,
+    pub(crate) parameters: &'a BTreeMap<String, String>,
     /// A clone's source directory (classes with `volume-base`).
-    source: Option<SourceMount>,
-    ttl_seconds: i32,
+    pub(crate) source: Option<SourceMount>,
+    pub(crate) ttl_seconds: i32,
+    /// Labels beyond the contract's (a snapshot's uid).
+    pub(crate) labels: Vec<(String, String)>,
 }
 
-fn build(input: JobInput<'_>) -> Job {
+pub(crate) fn build(input: JobInput<'_>) -> Job {
     let recipe = input.recipe;
-    let labels = BTreeMap::from([
-        (LABEL_MANAGED_BY.to_owned(), MANAGED_BY_VALUE.to_owned()),
-        (LABEL_ACTION.to_owned(), input.action.as_str().to_owned()),
-        (LABEL_CLAIM_UID.to_owned(), input.claim_uid),
-        (LABEL_VOLUME.to_owned(), input.volume),
-        (LABEL_ATTEMPT.to_owned(), input.attempt.to_string()),
-    ]);
+    // A snapshot's Jobs belong to no claim and to no volume of their own: without those
+    // labels, no claim's or volume's plan ever counts them as its Jobs.
+    let labels: BTreeMap<String, String> = [
+        (LABEL_MANAGED_BY, MANAGED_BY_VALUE.to_owned()),
+        (LABEL_ACTION, input.action.as_str().to_owned()),
+        (LABEL_CLAIM_UID, input.claim_uid),
+        (LABEL_VOLUME, input.volume),
+        (LABEL_ATTEMPT, input.attempt.to_string()),
+    ]
+    .into_iter()
+    .filter(|(_, v)| !v.is_empty())
+    .map(|(k, v)| (k.to_owned(), v))
+    .chain(input.labels)
+    .collect();
     let annotations = BTreeMap::from([
         (ANN_CLAIM.to_owned(), input.claim_ref),
         (ANN_STORAGE_CLASS.to_owned(), input.storage_class),
@@ -721,6 +732,7 @@ mod tests {
             parameters: &BTreeMap::new(),
             source: None,
             ttl_seconds: 60,
+            labels: Vec::new(),
         });
         let pod = job.spec.unwrap().template.spec.unwrap();
         pod.containers[0].security_context.clone().unwrap()

@@ -41,6 +41,16 @@ pub const FINALIZER_DEPROVISION: &str = "flex-provisioner.io/deprovision";
 /// On a deprovision Job: the uid of the PV it is for. A PV re-created under the same name
 /// (a wrong PV removed, then the right one) must never take an old Job's success as its own.
 pub const ANN_VOLUME_UID: &str = "flex-provisioner.io/volume-uid";
+/// On the Jobs of one snapshot, and its record: the VolumeSnapshot's uid.
+pub const LABEL_SNAPSHOT_UID: &str = "flex-provisioner.io/snapshot-uid";
+/// On a snapshot Job: `namespace/name` of its VolumeSnapshot.
+pub const ANN_SNAPSHOT: &str = "flex-provisioner.io/snapshot";
+/// On snapshot and delete-snapshot Jobs: the VolumeSnapshotContent they work for, and its
+/// uid (a content re-created under the same name never takes an old Job as its own).
+pub const ANN_CONTENT: &str = "flex-provisioner.io/content";
+pub const ANN_CONTENT_UID: &str = "flex-provisioner.io/content-uid";
+/// On a restore's provisioning Job: the snapshot's content it copies from.
+pub const ANN_SOURCE_SNAPSHOT: &str = "flex-provisioner.io/source-snapshot";
 /// On a deprovision record ConfigMap (see `record`).
 pub const LABEL_RECORD: &str = "flex-provisioner.io/record";
 
@@ -95,6 +105,10 @@ pub enum Action {
     Provision,
     Deprovision,
     Expand,
+    /// Copies a volume into a snapshot (a VolumeSnapshot of a claim of ours).
+    Snapshot,
+    /// Removes a snapshot's copy (its VolumeSnapshotContent deleted, policy `Delete`).
+    DeleteSnapshot,
 }
 
 impl Action {
@@ -104,6 +118,8 @@ impl Action {
             "provision" => Some(Action::Provision),
             "deprovision" => Some(Action::Deprovision),
             "expand" => Some(Action::Expand),
+            "snapshot" => Some(Action::Snapshot),
+            "delete-snapshot" => Some(Action::DeleteSnapshot),
             _ => None,
         }
     }
@@ -113,6 +129,8 @@ impl Action {
             Action::Provision => "provision",
             Action::Deprovision => "deprovision",
             Action::Expand => "expand",
+            Action::Snapshot => "snapshot",
+            Action::DeleteSnapshot => "delete-snapshot",
         }
     }
 }

@@ -65,6 +65,11 @@ pub const RESERVED_KEYS: &[(&str, &str, &str)] = &[
         "arguments of the expansion container (templates, rendered when the volume is provisioned)",
     ),
     (
+        "snapshots",
+        "`false`",
+        "`true`: VolumeSnapshots of this class's claims are taken by Jobs (a VolumeSnapshotClass must name this provisioner as its driver), and claims may be restored from them; the image runs each with ACTION=snapshot, delete-snapshot and, for a restore, provision (docs/snapshots.md)",
+    ),
+    (
         "timeout",
         "`30m`",
         "how long one Job may run (`90s`, `10m`, `1h30m`), its activeDeadlineSeconds",

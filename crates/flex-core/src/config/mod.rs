@@ -68,6 +68,8 @@ pub struct ProvisionerConfig {
     pub expand_image: Option<String>,
     pub expand_command: Option<Vec<String>>,
     pub expand_args: Option<Vec<String>>,
+    /// `snapshots: "true"`: VolumeSnapshots of the class's claims are taken by its image.
+    pub snapshots: bool,
     pub timeout: Duration,
     pub retries: u32,
     pub max_attempts: Option<u32>,

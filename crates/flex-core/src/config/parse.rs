@@ -332,6 +332,7 @@ impl Parser {
                     self.value(key, raw, values::exit_codes).unwrap_or_default();
             }
             "node-local" => c.node_local = self.value(key, raw, values::boolean).unwrap_or(false),
+            "snapshots" => c.snapshots = self.value(key, raw, values::boolean).unwrap_or(false),
             "pod-template" => c.pod_template = self.value(key, raw, pod_template::parse),
             VOLUME_BASE_KEY => read.volume_base = Some(raw.to_owned()),
             VOLUME_DIRECTORY_KEY => {

@@ -179,9 +179,86 @@ fn a_rendered_directory_stays_inside_the_base() {
         ("a/", "empty segment"),
         ("./a", "`.`"),
         ("a\nb", "control"),
+        (".snapshots/team-a/9f1c", "snapshots are kept"),
+        (".snapshots", "snapshots are kept"),
     ] {
         let why = directory_problem(bad).unwrap_or_else(|| panic!("{bad:?} accepted"));
         assert!(why.contains(says), "{bad:?}: {why}");
     }
     assert!(directory_problem(&"a".repeat(2000)).is_some());
+}
+
+/// A snapshot Job writes only its snapshot's directory and reads the volume's; a
+/// delete-snapshot Job mounts the namespace's snapshot directory, to remove the one
+/// snapshot's; a restore reads only the snapshot's.
+#[test]
+fn snapshot_jobs_mount_only_the_snapshot_and_its_volume() {
+    let volume_recipe = crate::recipe::JobRecipe {
+        namespace: "cfg".into(),
+        config: "cfg/x".into(),
+        image: "i".into(),
+        command: None,
+        args: None,
+        service_account: None,
+        node_selector: Default::default(),
+        node: None,
+        pod_template: Some(template()),
+        timeout_seconds: 60,
+        retries: 0,
+        permanent_exit_codes: Default::default(),
+        no_api_token: true,
+        volume: Some(dir("team-a/data-1")),
+    };
+    let snapshot = dir(&snapshot_directory("team-a", "9f1c"));
+    assert_eq!(snapshot.directory, ".snapshots/team-a/9f1c");
+    let volume = source_mount(&volume_recipe).unwrap();
+    let mut t = template();
+    mount_only(&mut t, Action::Snapshot, &snapshot, Some(&volume));
+    assert_eq!(
+        mounts(&t),
+        owned(&[
+            ("/tmp", None, false),
+            (
+                "/var/lib/volumes/.snapshots/team-a/9f1c",
+                Some(".snapshots/team-a/9f1c"),
+                false
+            ),
+            (
+                "/var/lib/volumes/team-a/data-1",
+                Some("team-a/data-1"),
+                true
+            ),
+        ])
+    );
+    let mut t = template();
+    mount_only(&mut t, Action::DeleteSnapshot, &snapshot, None);
+    assert_eq!(
+        mounts(&t),
+        owned(&[
+            ("/tmp", None, false),
+            (
+                "/var/lib/volumes/.snapshots/team-a",
+                Some(".snapshots/team-a"),
+                false
+            ),
+        ])
+    );
+    let snapshot_recipe = crate::recipe::JobRecipe {
+        volume: Some(snapshot.clone()),
+        ..volume_recipe
+    };
+    let restore = source_mount(&snapshot_recipe).unwrap();
+    assert_eq!(restore.sub_path, ".snapshots/team-a/9f1c");
+    assert_eq!(
+        exact_handle(&template(), &snapshot).as_deref(),
+        Some("/var/lib/volumes/.snapshots/team-a/9f1c")
+    );
+    let nfs = pod_template::parse(
+        "spec:\n  volumes: [{name: base, nfs: {server: nfs.example, path: /exports}}]\n",
+    )
+    .unwrap();
+    assert_eq!(
+        exact_handle(&nfs, &snapshot).as_deref(),
+        Some("nfs.example:/exports/.snapshots/team-a/9f1c")
+    );
 }

@@ -7,22 +7,18 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use super::VolumeSnapshotContent;
-use crate::names::{LABEL_MANAGED_BY, LABEL_RECORD, MANAGED_BY_VALUE};
+use crate::names::{LABEL_MANAGED_BY, LABEL_RECORD, LABEL_SNAPSHOT_UID, MANAGED_BY_VALUE};
 use crate::recipe::JobRecipe;
-
-/// On a snapshot record, and on the Jobs of one snapshot: the VolumeSnapshot's uid.
-pub const LABEL_SNAPSHOT_UID: &str = "flex-provisioner.io/snapshot-uid";
 
 const KEY_CONTENT_NAME: &str = "content-name";
 const KEY_CONTENT_UID: &str = "content-uid";
 const KEY_SNAPSHOT: &str = "snapshot";
 const KEY_SNAPSHOT_UID: &str = "snapshot-uid";
 const KEY_SOURCE_VOLUME: &str = "source-volume";
-const KEY_SOURCE_VOLUME_UID: &str = "source-volume-uid";
 const KEY_HANDLE: &str = "snapshot-handle";
 const KEY_RESTORE_SIZE: &str = "restore-size";
 const KEY_TAKEN_AT: &str = "taken-at";
@@ -35,8 +31,9 @@ pub struct SnapshotRecord {
     /// `namespace/name` of the VolumeSnapshot it was taken for, and its uid.
     pub snapshot: (String, String),
     pub snapshot_uid: String,
-    /// The PV it was taken of (name, uid).
-    pub source_volume: (String, String),
+    /// The PV it was taken of, as verified then (a restore copies from its snapshot as the
+    /// clone of a volume copies from the volume).
+    pub source_pv: PersistentVolume,
     pub handle: String,
     pub restore_size: i64,
     pub taken_at: jiff::Timestamp,
@@ -65,8 +62,10 @@ pub fn build_snapshot_record(
         (KEY_CONTENT_UID, uid.clone()),
         (KEY_SNAPSHOT, format!("{ns}/{snapshot}")),
         (KEY_SNAPSHOT_UID, record.snapshot_uid.clone()),
-        (KEY_SOURCE_VOLUME, record.source_volume.0.clone()),
-        (KEY_SOURCE_VOLUME_UID, record.source_volume.1.clone()),
+        (
+            KEY_SOURCE_VOLUME,
+            serde_json::to_string(&record.source_pv).unwrap_or_default(),
+        ),
         (KEY_HANDLE, record.handle.clone()),
         (KEY_RESTORE_SIZE, record.restore_size.to_string()),
         (KEY_TAKEN_AT, record.taken_at.to_string()),
@@ -146,7 +145,8 @@ pub fn read_snapshot_record(
     Ok(SnapshotRecord {
         snapshot,
         snapshot_uid: get(KEY_SNAPSHOT_UID),
-        source_volume: (get(KEY_SOURCE_VOLUME), get(KEY_SOURCE_VOLUME_UID)),
+        source_pv: serde_json::from_str(&get(KEY_SOURCE_VOLUME))
+            .map_err(|e| invalid(&format!("its source volume: {e}")))?,
         handle,
         restore_size: get(KEY_RESTORE_SIZE)
             .parse()
@@ -178,7 +178,9 @@ mod tests {
         SnapshotRecord {
             snapshot: ("team".into(), "s".into()),
             snapshot_uid: "9f1c".into(),
-            source_volume: ("pvc-1".into(), "pv-u".into()),
+            source_pv: serde_json::from_value(json!({"metadata": {"name": "pvc-1", "uid": "pv-u"},
+                       "spec": {"local": {"path": "/var/flex/team/data"}}}))
+            .unwrap(),
             handle: "/var/flex/.snapshots/team/9f1c".into(),
             restore_size: 1 << 30,
             taken_at: jiff::Timestamp::from_second(1_795_900_000).unwrap(),

@@ -1,0 +1,204 @@
+use super::*;
+use serde_json::{Value, json};
+
+fn recipe() -> JobRecipe {
+    serde_json::from_value(json!({
+        "namespace": "cfg", "config": "cfg/hostpath", "image": "hostpath:1",
+        "timeoutSeconds": 60, "retries": 0, "permanentExitCodes": [2], "noApiToken": true,
+        "node": "node-a",
+        "podTemplate": {"spec": {
+            "volumes": [{"name": "base", "hostPath": {"path": "/var/flex"}}],
+            "containers": [{"name": "provisioner",
+                            "volumeMounts": [{"name": "base", "mountPath": "/var/flex"}]}]}},
+        "volume": {"base": "base", "directory": "team/data-c1"}
+    }))
+    .unwrap()
+}
+
+fn pv() -> PersistentVolume {
+    serde_json::from_value(json!({
+        "metadata": {"name": "pvc-c1", "uid": "pv-u"},
+        "spec": {"capacity": {"storage": "1Gi"}, "storageClassName": "hostpath",
+                 "local": {"path": "/var/flex/team/data-c1"},
+                 "claimRef": {"namespace": "team", "name": "data", "uid": "c1"}}
+    }))
+    .unwrap()
+}
+
+fn snapshot() -> VolumeSnapshot {
+    serde_json::from_value(json!({
+        "metadata": {"name": "before", "namespace": "team", "uid": "9f1c"},
+        "spec": {"volumeSnapshotClassName": "flex",
+                 "source": {"persistentVolumeClaimName": "data"}}
+    }))
+    .unwrap()
+}
+
+fn class() -> VolumeSnapshotClass {
+    serde_json::from_value(json!({"metadata": {"name": "flex"},
+        "driver": "flex-provisioner.io/job", "deletionPolicy": "Delete"}))
+    .unwrap()
+}
+
+fn content() -> VolumeSnapshotContent {
+    let mut c = super::super::content_for(&snapshot(), &class(), &pv(), BTreeMap::new()).unwrap();
+    c.metadata.uid = Some("content-u".into());
+    c
+}
+
+fn env(job: &Job) -> BTreeMap<String, String> {
+    let c = &job
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0];
+    (c.env.iter().flatten())
+        .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+        .collect()
+}
+
+/// (mountPath, subPath, readOnly) of the container's mounts.
+fn mounts(job: &Job) -> Vec<(String, Option<String>, bool)> {
+    let c = &job
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0];
+    (c.volume_mounts.iter().flatten())
+        .map(|m| {
+            (
+                m.mount_path.clone(),
+                m.sub_path.clone(),
+                m.read_only == Some(true),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_snapshot_job_reads_the_volume_and_writes_only_its_snapshot() {
+    let volume = crate::record::Record {
+        recipe: recipe(),
+        expand: None,
+        parameters: BTreeMap::from([("base-path".into(), "/var/flex".into())]),
+    };
+    let job = snapshot_job(SnapshotJob {
+        snapshot: &snapshot(),
+        content: &content(),
+        class: &class(),
+        pv: &pv(),
+        volume: &volume,
+        provisioner_name: "flex-provisioner.io/job",
+        attempt: 1,
+        ttl_seconds: 60,
+    });
+    assert_eq!(job.metadata.name.as_deref(), Some("snapshot-9f1c"));
+    assert_eq!(job.metadata.namespace.as_deref(), Some("cfg"));
+    let labels = job.metadata.labels.clone().unwrap();
+    assert_eq!(labels["flex-provisioner.io/action"], "snapshot");
+    assert_eq!(labels[LABEL_SNAPSHOT_UID], "9f1c");
+    assert!(
+        !labels.contains_key("flex-provisioner.io/claim-uid")
+            && !labels.contains_key("flex-provisioner.io/volume"),
+        "no claim's or volume's plan counts it among its own Jobs: {labels:?}"
+    );
+    let ann = job.metadata.annotations.clone().unwrap();
+    assert_eq!(ann[ANN_SNAPSHOT], "team/before");
+    assert_eq!(ann[ANN_CONTENT_UID], "content-u");
+    assert_eq!(ann[ANN_SOURCE_VOLUME], "pvc-c1");
+    assert_eq!(ann[ANN_SNAPSHOT_HANDLE], "/var/flex/.snapshots/team/9f1c");
+    let e = env(&job);
+    assert_eq!(e["ACTION"], "snapshot");
+    assert_eq!(e["VOLUME_DIRECTORY"], ".snapshots/team/9f1c");
+    assert_eq!(e["SNAPSHOT_DIRECTORY"], ".snapshots/team/9f1c");
+    assert_eq!(e["SNAPSHOT_UID"], "9f1c");
+    assert_eq!(e["SELECTED_NODE"], "node-a");
+    assert_eq!(e["REQUESTED_BYTES"], "1073741824");
+    assert_eq!(e["BASE_PATH"], "/var/flex");
+    let source: Value = serde_json::from_str(&e["SOURCE_PV_JSON"]).unwrap();
+    assert_eq!(source["spec"]["local"]["path"], "/var/flex/team/data-c1");
+    assert_eq!(
+        mounts(&job),
+        vec![
+            (
+                "/var/flex/.snapshots/team/9f1c".into(),
+                Some(".snapshots/team/9f1c".into()),
+                false
+            ),
+            (
+                "/var/flex/team/data-c1".into(),
+                Some("team/data-c1".into()),
+                true
+            ),
+        ]
+    );
+    let pod = job.spec.unwrap().template.spec.unwrap();
+    assert_eq!(pod.automount_service_account_token, Some(false));
+}
+
+#[test]
+fn a_delete_snapshot_job_is_built_from_the_record_alone() {
+    let record = SnapshotRecord {
+        snapshot: ("team".into(), "before".into()),
+        snapshot_uid: "9f1c".into(),
+        source_pv: pv(),
+        handle: "/var/flex/.snapshots/team/9f1c".into(),
+        restore_size: 1 << 30,
+        taken_at: jiff::Timestamp::UNIX_EPOCH,
+        recipe: snapshot_recipe(&recipe(), "team", "9f1c"),
+        parameters: BTreeMap::new(),
+    };
+    let mut forged = content();
+    forged.spec.source.snapshot_handle = Some("/var/flex/team/other-tenant".into());
+    let job = delete_snapshot_job(&record, &forged, "flex-provisioner.io/job", 2, 60);
+    assert_eq!(job.metadata.name.as_deref(), Some("delete-snapshot-9f1c-2"));
+    let e = env(&job);
+    assert_eq!(e["ACTION"], "delete-snapshot");
+    assert_eq!(e["SNAPSHOT_HANDLE"], "/var/flex/.snapshots/team/9f1c");
+    assert_eq!(e["VOLUME_DIRECTORY"], ".snapshots/team/9f1c");
+    assert!(
+        !e.values().any(|v| v.contains("other-tenant")),
+        "nothing comes from the content"
+    );
+    assert_eq!(
+        mounts(&job),
+        vec![(
+            "/var/flex/.snapshots/team".into(),
+            Some(".snapshots/team".into()),
+            false
+        )]
+    );
+}
+
+#[test]
+fn a_restore_copies_from_the_snapshot_as_a_clone_from_its_source() {
+    let mut record = SnapshotRecord {
+        snapshot: ("team".into(), "before".into()),
+        snapshot_uid: "9f1c".into(),
+        source_pv: pv(),
+        handle: "/var/flex/.snapshots/team/9f1c".into(),
+        restore_size: 1,
+        taken_at: jiff::Timestamp::UNIX_EPOCH,
+        recipe: snapshot_recipe(&recipe(), "team", "9f1c"),
+        parameters: BTreeMap::new(),
+    };
+    let source = restore_source(&record).unwrap();
+    let local = source.spec.unwrap().local.unwrap();
+    assert_eq!(local.path, "/var/flex/.snapshots/team/9f1c");
+    record.source_pv = serde_json::from_value(json!({"metadata": {"name": "pvc-n"},
+        "spec": {"nfs": {"server": "nfs.example", "path": "/exports/team/data"}}}))
+    .unwrap();
+    record.handle = "nfs.example:/exports/.snapshots/team/9f1c".into();
+    let nfs = restore_source(&record).unwrap().spec.unwrap().nfs.unwrap();
+    assert_eq!(nfs.path, "/exports/.snapshots/team/9f1c");
+    record.handle = "elsewhere:/exports/.snapshots/team/9f1c".into();
+    assert!(restore_source(&record).is_none(), "another server");
+}
