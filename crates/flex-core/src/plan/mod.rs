@@ -5,6 +5,8 @@ pub mod claim;
 pub mod expand;
 pub mod orphan;
 pub mod retry;
+pub mod snapshot;
+pub mod snapshot_content;
 pub mod volume;
 
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -32,6 +34,8 @@ pub enum Ask {
     /// What still names a finished Job's storage: its claim, a PV, a deprovision Job, a
     /// record ([`orphan::Confirmed`]).
     Traces,
+    /// A content's VolumeSnapshot, from the API server (the cache no longer shows it).
+    Snapshot,
 }
 
 /// A plan, or the one thing to read before there can be one.

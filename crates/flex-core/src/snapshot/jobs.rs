@@ -20,6 +20,10 @@ use crate::recipe::{JobRecipe, VolumeDirectory};
 /// On a snapshot Job: the handle its report must name (known when the class has
 /// `volume-base`).
 pub const ANN_SNAPSHOT_HANDLE: &str = "flex-provisioner.io/snapshot-handle";
+/// On a snapshot Job: the recipe its snapshot's delete-snapshot Job will run, recorded
+/// with the snapshot (a Job in the config namespace: only the controller and kube admins
+/// write it).
+pub const ANN_DELETE_SNAPSHOT_SPEC: &str = "flex-provisioner.io/delete-snapshot-spec";
 
 /// What a snapshot Job is made from.
 pub struct SnapshotJob<'a> {
@@ -115,6 +119,7 @@ pub fn snapshot_job(j: SnapshotJob<'_>) -> Job {
         ),
     ]);
     let handle = expected_handle(&recipe);
+    let spec = serde_json::to_string(&recipe).unwrap_or_default();
     let mut job = build(JobInput {
         action: Action::Snapshot,
         name: job_name(Action::Snapshot, &uid, j.attempt),
@@ -151,6 +156,7 @@ pub fn snapshot_job(j: SnapshotJob<'_>) -> Job {
         j.pv.metadata.name.clone().unwrap_or_default(),
     );
     annotations.extend(handle.map(|h| (ANN_SNAPSHOT_HANDLE.to_owned(), h)));
+    annotations.insert(ANN_DELETE_SNAPSHOT_SPEC.to_owned(), spec);
     annotations.insert(
         crate::names::ANN_VOLUME_UID.to_owned(),
         j.pv.metadata.uid.clone().unwrap_or_default(),

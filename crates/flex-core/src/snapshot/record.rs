@@ -101,6 +101,33 @@ pub fn build_snapshot_record(
     })
 }
 
+/// The record of a snapshot Job's snapshot, from what the controller put in the Job (the
+/// delete recipe, the volume and its parameters, the snapshot it is for) and the image's
+/// checked report. Its time is the Job's completion.
+pub fn record_from_job(
+    job: &k8s_openapi::api::batch::v1::Job,
+    report: &super::report::SnapshotReport,
+) -> Option<SnapshotRecord> {
+    use crate::names::{ANN_SNAPSHOT, annotation, label};
+    use crate::recipe::{env_of, recipe_of};
+    let snapshot = annotation(&job.metadata, ANN_SNAPSHOT)?.split_once('/')?;
+    let taken_at = job
+        .status
+        .as_ref()
+        .and_then(|s| s.completion_time.as_ref())
+        .map(|t| t.0)?;
+    Some(SnapshotRecord {
+        snapshot: (snapshot.0.to_owned(), snapshot.1.to_owned()),
+        snapshot_uid: label(&job.metadata, LABEL_SNAPSHOT_UID)?.to_owned(),
+        source_pv: serde_json::from_str(&env_of(job, "PV_JSON")?).ok()?,
+        handle: report.handle.clone(),
+        restore_size: report.restore_size,
+        taken_at,
+        recipe: recipe_of(job, super::jobs::ANN_DELETE_SNAPSHOT_SPEC)?,
+        parameters: serde_json::from_str(&env_of(job, "PARAMETERS")?).ok()?,
+    })
+}
+
 /// Why a snapshot's record cannot be used; `Display` is the text told on the snapshot.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SnapshotRecordError {

@@ -1,0 +1,216 @@
+//! The state machine of one VolumeSnapshotContent of ours once its snapshot goes: delete the
+//! content when its VolumeSnapshot is confirmed gone (policy `Delete`; the snapshot-controller
+//! does the same when it runs), then, the content being deleted, remove the backend copy by
+//! a delete-snapshot Job built from the snapshot's record alone (policy `Delete`), and drop
+//! the finalizer that held the content. A content without a record of ours has nothing of
+//! ours to delete: its finalizer is dropped and nothing runs.
+
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use serde_json::{Value, json};
+
+use super::retry::{delay_after, wait_remaining};
+use super::snapshot::reasons;
+use super::{Ask, Decision, Notice, NoticeKind};
+use crate::job::{JobOutcome, attempt_of, outcome, pods_of, report_of};
+use crate::names::{ANN_CONTENT_UID, Action, annotation};
+use crate::snapshot::jobs::{ANN_SNAPSHOT_HANDLE, delete_snapshot_job};
+use crate::snapshot::record::{build_snapshot_record, read_snapshot_record, record_from_job};
+use crate::snapshot::report::check_snapshot_report;
+use crate::snapshot::{FINALIZER_CONTENT_BOUND, VolumeSnapshotContent};
+
+/// How often a running delete-snapshot Job, or a snapshot Job a deleted content waits for,
+/// is looked at besides its watch events.
+pub const RUNNING_RECHECK: Duration = Duration::from_secs(30);
+
+pub struct ContentInputs<'a> {
+    pub content: &'a VolumeSnapshotContent,
+    pub provisioner_name: &'a str,
+    /// Whether its VolumeSnapshot (by the uid it is bound to) exists: from the cache, or
+    /// once read from the API server ([`Ask::Snapshot`]).
+    pub snapshot_exists: bool,
+    pub snapshot_confirmed: bool,
+    /// The snapshot's record (from the API server when `record_read`).
+    pub record: Option<&'a ConfigMap>,
+    pub record_read: bool,
+    /// The snapshot's Jobs (snapshot and delete-snapshot), and their pods.
+    pub jobs: Vec<&'a Job>,
+    pub pods: Vec<&'a Pod>,
+    pub retry_base: Duration,
+    pub job_ttl_seconds: i32,
+    pub now: jiff::Timestamp,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ContentStep {
+    Ignore,
+    Wait(Duration),
+    /// Delete the content, provided it still has this uid.
+    DeleteContent {
+        uid: String,
+    },
+    /// The record of what a succeeded snapshot Job took, then plan again.
+    WriteRecord(Box<ConfigMap>),
+    CreateJob(Box<Job>),
+    /// Drop the finalizer (a merge patch carrying `metadata.resourceVersion`).
+    Finish(Value),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContentPlan {
+    pub step: ContentStep,
+    pub notices: Vec<Notice>,
+}
+
+fn plan(step: ContentStep, notices: Vec<Notice>) -> Decision<ContentPlan> {
+    Ok(ContentPlan { step, notices })
+}
+
+/// The content without our finalizer (the others kept), under its resourceVersion.
+fn finish(content: &VolumeSnapshotContent) -> Value {
+    let kept: Vec<&String> = (content.metadata.finalizers.iter().flatten())
+        .filter(|f| f.as_str() != FINALIZER_CONTENT_BOUND)
+        .collect();
+    json!({"metadata": {
+        "resourceVersion": content.metadata.resource_version,
+        "finalizers": kept,
+    }})
+}
+
+pub fn plan_content(i: &ContentInputs<'_>) -> Decision<ContentPlan> {
+    let c = i.content;
+    if c.spec.driver != i.provisioner_name {
+        return plan(ContentStep::Ignore, vec![]);
+    }
+    let uid = c.metadata.uid.clone().unwrap_or_default();
+    let name = c.metadata.name.clone().unwrap_or_default();
+    let delete = c.spec.deletion_policy == "Delete";
+    if c.metadata.deletion_timestamp.is_none() {
+        // Its snapshot deleted without the snapshot-controller (which would delete the
+        // content itself): the content goes the same way.
+        if i.snapshot_exists || !delete || c.spec.volume_snapshot_ref.uid.is_none() {
+            return plan(ContentStep::Ignore, vec![]);
+        }
+        if !i.snapshot_confirmed {
+            return Err(Ask::Snapshot);
+        }
+        return plan(ContentStep::DeleteContent { uid }, vec![]);
+    }
+    let held = c
+        .metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == FINALIZER_CONTENT_BOUND);
+    if !held {
+        return plan(ContentStep::Ignore, vec![]);
+    }
+    let mine = |j: &&&Job| annotation(&j.metadata, ANN_CONTENT_UID) == Some(uid.as_str());
+    let of = |action| {
+        let jobs = i.jobs.iter().filter(mine).copied();
+        jobs.filter(move |j| {
+            Action::of(j.metadata.labels.as_ref().unwrap_or(&Default::default())) == Some(action)
+        })
+    };
+    // A copy still being made is let finish: what it wrote is deleted with the rest.
+    if of(Action::Snapshot).any(|j| outcome(j, &pods_of(j, &i.pods)) == JobOutcome::Running) {
+        return plan(ContentStep::Wait(RUNNING_RECHECK), vec![]);
+    }
+    if !delete {
+        let notice = Notice::normal(
+            format!("retained/{uid}"),
+            reasons::DELETED,
+            format!("{name} is deleted with deletionPolicy Retain: its snapshot's copy is kept"),
+        )
+        .action("DeleteSnapshot");
+        return plan(ContentStep::Finish(finish(c)), vec![notice]);
+    }
+    // The record decides what is deleted: read from the API server for this decision.
+    if !i.record_read {
+        return Err(Ask::Record);
+    }
+    let Some(cm) = i.record else {
+        // A snapshot Job that succeeded before its record was written: record it first.
+        let taken = of(Action::Snapshot).find_map(|j| {
+            let pods = pods_of(j, &i.pods);
+            let report = report_of(j, &pods)?;
+            let expected = annotation(&j.metadata, ANN_SNAPSHOT_HANDLE);
+            let checked = check_snapshot_report(&report, expected).ok()?;
+            build_snapshot_record(c, &record_from_job(j, &checked)?)
+        });
+        return match taken {
+            Some(record) => plan(ContentStep::WriteRecord(Box::new(record)), vec![]),
+            // Nothing was taken (or nothing this provisioner can vouch for): nothing to
+            // delete.
+            None => plan(ContentStep::Finish(finish(c)), vec![]),
+        };
+    };
+    let record = match read_snapshot_record(cm, c) {
+        Ok(r) => r,
+        Err(why) => {
+            let notice = Notice::warning(
+                format!("record/{uid}"),
+                reasons::DELETE_ERROR,
+                format!(
+                    "cannot delete the snapshot of {name}: {why}; nothing is run and the content is kept (if its copy is real, remove it by hand, then the finalizer {FINALIZER_CONTENT_BOUND})"
+                ),
+            )
+            .action("DeleteSnapshot");
+            return plan(ContentStep::Ignore, vec![notice]);
+        }
+    };
+    let deletes: Vec<&Job> = of(Action::DeleteSnapshot).collect();
+    let Some(job) = deletes.iter().copied().max_by_key(|j| attempt_of(j)) else {
+        let job = delete_snapshot_job(&record, c, i.provisioner_name, 1, i.job_ttl_seconds);
+        return plan(ContentStep::CreateJob(Box::new(job)), vec![]);
+    };
+    let attempt = attempt_of(job);
+    match outcome(job, &pods_of(job, &i.pods)) {
+        JobOutcome::Running => plan(ContentStep::Wait(RUNNING_RECHECK), vec![]),
+        JobOutcome::Succeeded => {
+            let notice = Notice::normal(
+                format!("deleted/{uid}"),
+                reasons::DELETED,
+                format!("the snapshot's copy {} is deleted", record.handle),
+            )
+            .action("DeleteSnapshot");
+            plan(ContentStep::Finish(finish(c)), vec![notice])
+        }
+        JobOutcome::Failed(f) => {
+            let wait = delay_after(attempt, i.retry_base);
+            let remaining = wait_remaining(attempt, i.retry_base, f.at, i.now);
+            let job_uid = job.metadata.uid.clone().unwrap_or_default();
+            let notice = Notice::warning(
+                format!("delete-failed/{job_uid}"),
+                reasons::DELETE_ERROR,
+                format!(
+                    "deleting the snapshot's copy {} failed (attempt {attempt}): {}; the content is kept and attempt {} starts in {}s",
+                    record.handle,
+                    f.message,
+                    attempt + 1,
+                    wait.as_secs()
+                ),
+            )
+            .about(job)
+            .counted_as(NoticeKind::Other)
+            .action("DeleteSnapshot");
+            if remaining.is_zero() {
+                let job = delete_snapshot_job(
+                    &record,
+                    c,
+                    i.provisioner_name,
+                    attempt + 1,
+                    i.job_ttl_seconds,
+                );
+                plan(ContentStep::CreateJob(Box::new(job)), vec![notice])
+            } else {
+                plan(ContentStep::Wait(remaining), vec![notice])
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,210 @@
+use super::*;
+use crate::snapshot::record::SnapshotRecord;
+use crate::snapshot::{VolumeSnapshot, VolumeSnapshotClass};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use std::collections::BTreeMap;
+
+const ME: &str = "flex-provisioner.io/job";
+
+fn content(policy: &str, deleted: bool) -> VolumeSnapshotContent {
+    let snapshot: VolumeSnapshot = serde_json::from_value(json!({
+        "metadata": {"name": "before", "namespace": "team", "uid": "9f1c"},
+        "spec": {"source": {"persistentVolumeClaimName": "data"}}
+    }))
+    .unwrap();
+    let class: VolumeSnapshotClass = serde_json::from_value(
+        json!({"metadata": {"name": "flex"}, "driver": ME, "deletionPolicy": policy}),
+    )
+    .unwrap();
+    let pv = serde_json::from_value(json!({"metadata": {"name": "pvc-c1"}})).unwrap();
+    let mut c = crate::snapshot::content_for(&snapshot, &class, &pv, BTreeMap::new()).unwrap();
+    c.metadata.uid = Some("content-u".into());
+    c.metadata.resource_version = Some("9".into());
+    c.metadata.finalizers = Some(vec![FINALIZER_CONTENT_BOUND.into(), "other/keep".into()]);
+    if deleted {
+        c.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+    }
+    c
+}
+
+fn record_of(c: &VolumeSnapshotContent) -> ConfigMap {
+    let recipe = serde_json::from_value(json!({
+        "namespace": "cfg", "config": "cfg/hostpath", "image": "hostpath:1",
+        "timeoutSeconds": 60, "retries": 0, "permanentExitCodes": [2]}))
+    .unwrap();
+    let record = SnapshotRecord {
+        snapshot: ("team".into(), "before".into()),
+        snapshot_uid: "9f1c".into(),
+        source_pv: serde_json::from_value(json!({"metadata": {"name": "pvc-c1"}})).unwrap(),
+        handle: "/var/flex/.snapshots/team/9f1c".into(),
+        restore_size: 1,
+        taken_at: jiff::Timestamp::UNIX_EPOCH,
+        recipe,
+        parameters: BTreeMap::new(),
+    };
+    build_snapshot_record(c, &record).unwrap()
+}
+
+struct World {
+    content: VolumeSnapshotContent,
+    snapshot_exists: bool,
+    snapshot_confirmed: bool,
+    record: Option<ConfigMap>,
+    record_read: bool,
+    jobs: Vec<Job>,
+}
+
+fn world(c: VolumeSnapshotContent) -> World {
+    World {
+        content: c,
+        snapshot_exists: false,
+        snapshot_confirmed: false,
+        record: None,
+        record_read: false,
+        jobs: vec![],
+    }
+}
+
+fn decide(w: &World) -> Decision<ContentPlan> {
+    plan_content(&ContentInputs {
+        content: &w.content,
+        provisioner_name: ME,
+        snapshot_exists: w.snapshot_exists,
+        snapshot_confirmed: w.snapshot_confirmed,
+        record: w.record.as_ref(),
+        record_read: w.record_read,
+        jobs: w.jobs.iter().collect(),
+        pods: vec![],
+        retry_base: Duration::from_secs(10),
+        job_ttl_seconds: 60,
+        now: jiff::Timestamp::from_second(100).unwrap(),
+    })
+}
+
+fn step(w: &World) -> ContentStep {
+    decide(w).unwrap().step
+}
+
+fn with_status(mut job: Job, status: Value) -> Job {
+    job.metadata.uid = Some(format!("job-{}", attempt_of(&job)));
+    job.status = Some(serde_json::from_value(status).unwrap());
+    job
+}
+
+#[test]
+fn a_live_content_is_deleted_only_once_its_snapshot_is_confirmed_gone() {
+    let mut w = world(content("Delete", false));
+    w.snapshot_exists = true;
+    assert_eq!(step(&w), ContentStep::Ignore);
+    w.snapshot_exists = false;
+    assert_eq!(decide(&w), Err(Ask::Snapshot));
+    w.snapshot_confirmed = true;
+    assert_eq!(
+        step(&w),
+        ContentStep::DeleteContent {
+            uid: "content-u".into()
+        }
+    );
+    let mut retain = world(content("Retain", false));
+    retain.snapshot_confirmed = true;
+    assert_eq!(
+        step(&retain),
+        ContentStep::Ignore,
+        "a retained content stays"
+    );
+}
+
+#[test]
+fn delete_runs_the_recorded_recipe_only_after_reading_the_record_afresh() {
+    let c = content("Delete", true);
+    let mut w = world(c.clone());
+    assert_eq!(decide(&w), Err(Ask::Record));
+    w.record_read = true;
+    w.record = Some(record_of(&c));
+    let ContentStep::CreateJob(job) = step(&w) else {
+        panic!()
+    };
+    assert_eq!(job.metadata.name.as_deref(), Some("delete-snapshot-9f1c"));
+    let running = with_status(*job.clone(), json!({"active": 1}));
+    w.jobs = vec![running];
+    assert_eq!(step(&w), ContentStep::Wait(RUNNING_RECHECK));
+    w.jobs = vec![with_status(
+        *job,
+        json!({"conditions": [{"type": "Complete", "status": "True"}]}),
+    )];
+    let ContentStep::Finish(patch) = step(&w) else {
+        panic!()
+    };
+    assert_eq!(
+        patch,
+        json!({"metadata": {"resourceVersion": "9", "finalizers": ["other/keep"]}}),
+        "only our finalizer goes, under the version decided on"
+    );
+}
+
+#[test]
+fn a_failed_delete_keeps_the_finalizer_and_backs_off() {
+    let c = content("Delete", true);
+    let mut w = world(c.clone());
+    w.record_read = true;
+    w.record = Some(record_of(&c));
+    let ContentStep::CreateJob(job) = step(&w) else {
+        panic!()
+    };
+    w.jobs = vec![with_status(
+        *job,
+        json!({"failed": 1, "conditions": [{"type": "Failed",
+        "status": "True", "reason": "BackoffLimitExceeded", "message": "disk gone",
+        "lastTransitionTime": "1970-01-01T00:01:35Z"}]}),
+    )];
+    let p = decide(&w).unwrap();
+    assert_eq!(p.step, ContentStep::Wait(Duration::from_secs(5)));
+    assert_eq!(p.notices[0].reason, reasons::DELETE_ERROR);
+    assert!(
+        p.notices[0].message.contains("disk gone"),
+        "{}",
+        p.notices[0].message
+    );
+}
+
+#[test]
+fn without_a_record_of_ours_nothing_runs() {
+    let c = content("Delete", true);
+    let mut w = world(c.clone());
+    w.record_read = true;
+    let ContentStep::Finish(_) = step(&w) else {
+        panic!("nothing was taken: nothing to delete")
+    };
+    // A record written for another content (a copy of another tenant's): refused, kept.
+    let mut other = content("Delete", true);
+    other.metadata.uid = Some("other-u".into());
+    w.record = Some(record_of(&other));
+    let p = decide(&w).unwrap();
+    assert_eq!(p.step, ContentStep::Ignore);
+    assert!(
+        p.notices[0]
+            .message
+            .contains("not written for this content")
+    );
+    // Another driver's content is none of ours.
+    let mut foreign = c;
+    foreign.spec.driver = "ebs.csi.aws.com".into();
+    assert_eq!(step(&world(foreign)), ContentStep::Ignore);
+}
+
+#[test]
+fn retain_finishes_without_a_job_and_a_running_copy_is_waited_for() {
+    let w = world(content("Retain", true));
+    let p = decide(&w).unwrap();
+    assert!(matches!(p.step, ContentStep::Finish(_)));
+    assert!(p.notices[0].message.contains("kept"));
+    let c = content("Delete", true);
+    let mut snapshot_job: Job = serde_json::from_value(json!({"metadata": {
+        "name": "snapshot-9f1c", "labels": {"flex-provisioner.io/action": "snapshot"},
+        "annotations": {"flex-provisioner.io/content-uid": "content-u"}}}))
+    .unwrap();
+    snapshot_job = with_status(snapshot_job, json!({"active": 1}));
+    let mut w = world(c);
+    w.jobs = vec![snapshot_job];
+    assert_eq!(step(&w), ContentStep::Wait(RUNNING_RECHECK));
+}
