@@ -185,6 +185,11 @@ impl DataSource {
     pub fn is_claim(&self) -> bool {
         self.api_group.is_none() && self.kind == "PersistentVolumeClaim"
     }
+
+    /// A VolumeSnapshot of the same namespace: a restore.
+    pub fn is_snapshot(&self) -> bool {
+        self.api_group.as_deref() == Some(crate::snapshot::GROUP) && self.kind == "VolumeSnapshot"
+    }
 }
 
 /// The node the scheduler selected for a WaitForFirstConsumer claim, as templates and node

@@ -18,6 +18,19 @@ pub enum SourceData {
         /// `volume-base` (isolation.rs).
         mount: Option<Box<crate::isolation::SourceMount>>,
     },
+    /// A snapshot this provisioner took, restored as a clone of the volume it was taken
+    /// of, the volume's path moved to the snapshot's copy (`SOURCE_PV_JSON`), with the
+    /// VolumeSnapshot (`DATA_SOURCE_JSON`), its content and handle.
+    Snapshot {
+        pv: Box<PersistentVolume>,
+        parameters: BTreeMap<String, String>,
+        mount: Option<Box<crate::isolation::SourceMount>>,
+        snapshot: serde_json::Value,
+        content: serde_json::Value,
+        /// The content's name, kept from deletion while the restore's Job runs.
+        content_name: String,
+        handle: String,
+    },
     /// An object of a kind the class lists (`DATA_SOURCE_JSON`).
     Object(serde_json::Value),
     /// Why the source cannot be used now (it is told on the claim and looked at again).
@@ -42,6 +55,26 @@ impl SourceData {
                     ),
                 ]
             }
+            SourceData::Snapshot {
+                pv,
+                parameters,
+                snapshot,
+                content,
+                handle,
+                ..
+            } => vec![
+                (
+                    "SOURCE_PV_JSON",
+                    serde_json::to_string(pv.as_ref()).unwrap_or_default(),
+                ),
+                (
+                    "SOURCE_PARAMETERS",
+                    serde_json::to_string(parameters).unwrap_or_default(),
+                ),
+                ("DATA_SOURCE_JSON", snapshot.to_string()),
+                ("SNAPSHOT_CONTENT_JSON", content.to_string()),
+                ("SNAPSHOT_HANDLE", handle.clone()),
+            ],
             SourceData::Object(object) => {
                 let mut object = object.clone();
                 if let Some(meta) = object
@@ -59,7 +92,9 @@ impl SourceData {
     /// A clone source's directory, as the clone's pod mounts it.
     pub fn mount(&self) -> Option<crate::isolation::SourceMount> {
         match self {
-            SourceData::Volume { mount, .. } => mount.as_deref().cloned(),
+            SourceData::Volume { mount, .. } | SourceData::Snapshot { mount, .. } => {
+                mount.as_deref().cloned()
+            }
             _ => None,
         }
     }
@@ -72,6 +107,9 @@ impl SourceData {
                 ANN_SOURCE_VOLUME,
                 pv.metadata.name.clone().unwrap_or_default(),
             )),
+            SourceData::Snapshot { content_name, .. } => {
+                Some((crate::names::ANN_SOURCE_SNAPSHOT, content_name.clone()))
+            }
             _ => None,
         }
     }
@@ -148,6 +186,98 @@ pub fn from_record(
         },
         Some(Err(why)) => SourceData::Unusable(why.to_string()),
         None => SourceData::Unusable(format!("the source volume {volume} has no record")),
+    }
+}
+
+/// What a restore from a VolumeSnapshot copies from, or why it cannot (yet): the snapshot
+/// (in the claim's namespace), its class, its content and the record this provisioner
+/// wrote when it took it. Only the record says where the copy is and how it was taken; the
+/// content must be bound to this very snapshot and the record written for this content.
+pub struct RestoreFrom<'a> {
+    pub claim: &'a crate::claim::ClaimRequest,
+    pub name: &'a str,
+    pub snapshot: Option<&'a crate::snapshot::VolumeSnapshot>,
+    pub class: Option<&'a crate::snapshot::VolumeSnapshotClass>,
+    pub content: Option<&'a crate::snapshot::VolumeSnapshotContent>,
+    pub record: Option<&'a k8s_openapi::api::core::v1::ConfigMap>,
+    pub provisioner_name: &'a str,
+}
+
+pub fn restore_source(r: &RestoreFrom<'_>) -> SourceData {
+    let at = format!("{}/{}", r.claim.namespace, r.name);
+    let unusable = |why: String| SourceData::Unusable(why);
+    let Some(snapshot) = r.snapshot else {
+        return unusable(format!("the VolumeSnapshot {at} does not exist"));
+    };
+    if snapshot.metadata.deletion_timestamp.is_some() {
+        return unusable(format!("the VolumeSnapshot {at} is being deleted"));
+    }
+    let class = snapshot
+        .spec
+        .volume_snapshot_class_name
+        .as_deref()
+        .unwrap_or_default();
+    match r.class {
+        Some(c) if c.driver == r.provisioner_name => {}
+        Some(c) => {
+            return unusable(format!(
+                "the VolumeSnapshot {at} is of class {class}, whose driver is {}, not this provisioner",
+                c.driver
+            ));
+        }
+        None => {
+            return unusable(format!(
+                "the VolumeSnapshot {at} names no VolumeSnapshotClass of this provisioner ({class:?})"
+            ));
+        }
+    }
+    let ready = snapshot.status.as_ref().and_then(|s| s.ready_to_use) == Some(true);
+    let (Some(content), true) = (r.content, ready) else {
+        return unusable(format!("the VolumeSnapshot {at} is not ready to use yet"));
+    };
+    if content.spec.volume_snapshot_ref.uid != snapshot.metadata.uid {
+        return unusable(format!(
+            "the VolumeSnapshot {at}'s content is not bound to it"
+        ));
+    }
+    let record = match r
+        .record
+        .map(|cm| crate::snapshot::record::read_snapshot_record(cm, content))
+    {
+        Some(Ok(record)) => record,
+        Some(Err(why)) => return unusable(format!("the VolumeSnapshot {at}: {why}")),
+        None => {
+            return unusable(format!(
+                "the VolumeSnapshot {at} was not taken by this provisioner (it has no record of it)"
+            ));
+        }
+    };
+    let names_it = record.snapshot == (r.claim.namespace.clone(), r.name.to_owned())
+        && Some(&record.snapshot_uid) == snapshot.metadata.uid.as_ref();
+    if !names_it {
+        return unusable(format!(
+            "the record of the VolumeSnapshot {at} was written for another snapshot"
+        ));
+    }
+    if u64::try_from(record.restore_size).is_ok_and(|size| size > r.claim.bytes.0) {
+        return unusable(format!(
+            "the claim requests {}, less than the snapshot's restore size of {} bytes; request at least that",
+            r.claim.requested, record.restore_size
+        ));
+    }
+    let Some(pv) = crate::snapshot::jobs::restored_volume(&record) else {
+        return unusable(format!(
+            "the VolumeSnapshot {at}'s copy is of a kind that cannot be restored here"
+        ));
+    };
+    SourceData::Snapshot {
+        pv: Box::new(pv),
+        mount: crate::isolation::source_mount(&record.recipe).map(Box::new),
+        parameters: record.parameters,
+        snapshot: serde_json::to_value(snapshot).unwrap_or_default(),
+        content: serde_json::to_value(content).unwrap_or_default(),
+        content_name: content.metadata.name.clone().unwrap_or_default(),
+        handle: record.handle,
     }
 }
 

@@ -101,6 +101,48 @@ impl Cluster {
         self
     }
 
+    /// Serves the snapshot API on a real control plane: the VolumeSnapshot CRDs, and with
+    /// `controller` the standard snapshot-controller too (the control plane's
+    /// `addons/snapshots`); `false` on the sandbox, which does not serve it. Call it before
+    /// the controller starts: the controller looks for the API once, at start.
+    pub async fn serve_snapshots(&self, controller: bool) -> bool {
+        let (Backend::Real(r) | Backend::RealNode(r)) = &self.backend else {
+            return false;
+        };
+        let addon = r.scripts.join("addons/snapshots");
+        let (dir, kubeconfig) = (r.dir.clone(), self.kubeconfig.clone());
+        let run = move || {
+            if controller {
+                let out = Command::new(addon.join("start-snapshots"))
+                    .arg(&dir)
+                    .output();
+                return vec![out.expect("start-snapshots runs")];
+            }
+            let crds = addon.join("crds").display().to_string();
+            let apply = ["apply", "--server-side", "-f", &crds].map(String::from);
+            let wait = [
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "crd",
+                "volumesnapshots.snapshot.storage.k8s.io",
+                "volumesnapshotcontents.snapshot.storage.k8s.io",
+                "volumesnapshotclasses.snapshot.storage.k8s.io",
+            ]
+            .map(String::from);
+            vec![kubectl(&kubeconfig, &apply), kubectl(&kubeconfig, &wait)]
+        };
+        for out in tokio::task::spawn_blocking(run).await.unwrap() {
+            assert!(
+                out.status.success(),
+                "serving the snapshot API failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        true
+    }
+
     /// An admin's client.
     pub fn client(&self) -> Result<kube::Client, kube::Error> {
         kube::Client::try_from(self.config.clone())

@@ -78,6 +78,14 @@ fn images() -> Vec<(&'static str, String)> {
         ("busybox", "# not a Job's image: $ACTION is never set\nexec \"$@\"".into()),
         ("perm", "echo \"perm: pool gold does not exist\" > \"$TERMINATION_LOG\"\nexit 2".into()),
         ("no-pv", "exit 0".into()),
+        // Provisions as make-pv; every snapshot fails for good, saying why.
+        (
+            "snapshot-fails",
+            format!(
+                "case \"$ACTION\" in\nsnapshot) echo \"quota exceeded on /srv/snapshots\" > \"$TERMINATION_LOG\"; exit 2 ;;\ndeprovision|delete-snapshot) exit 0 ;;\nesac\n{}",
+                make_pv("volumes")
+            ),
+        ),
         // Runs long enough for a test to act while its Job runs.
         ("long", format!("sleep 20\n{}", make_pv("volumes"))),
         // A backend that is never there: every attempt fails, and is retried.

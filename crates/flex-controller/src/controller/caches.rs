@@ -52,6 +52,10 @@ pub fn by_class(name: &str) -> String {
 pub fn by_source(volume: &str) -> String {
     format!("source/{volume}")
 }
+/// The Jobs (and pods) of one VolumeSnapshot, by its uid.
+pub fn by_snapshot(uid: &str) -> String {
+    format!("snapshot/{uid}")
+}
 
 impl Caches {
     /// Our cached Jobs under an index key, in every config namespace.
@@ -129,10 +133,15 @@ pub fn claim_keys(c: &PersistentVolumeClaim) -> Vec<String> {
 
 pub fn job_keys(j: &Job) -> Vec<String> {
     let mut keys = object_keys(j);
+    use flex_core::names::Action;
+    let action = Action::of(j.labels());
+    let annotations = j.annotations();
     // Only provisioning Jobs count against a class's `max-concurrent`.
-    if flex_core::names::Action::of(j.labels()) == Some(flex_core::names::Action::Provision) {
-        let annotations = j.annotations();
+    if action == Some(Action::Provision) {
         keys.extend(annotations.get(ANN_STORAGE_CLASS).map(|c| by_class(c)));
+    }
+    // A clone's and a snapshot's Jobs keep the volume they copy from.
+    if matches!(action, Some(Action::Provision | Action::Snapshot)) {
         keys.extend(annotations.get(ANN_SOURCE_VOLUME).map(|v| by_source(v)));
     }
     keys
@@ -142,9 +151,11 @@ pub fn job_keys(j: &Job) -> Vec<String> {
 pub fn object_keys(o: &impl ResourceExt) -> Vec<String> {
     let labels = o.labels();
     let claim = label(labels, LABEL_CLAIM_UID).map(|uid| by_claim(uid));
+    let snapshot = label(labels, flex_core::names::LABEL_SNAPSHOT_UID).map(|u| by_snapshot(u));
     claim
         .into_iter()
         .chain(label(labels, LABEL_VOLUME).map(|v| by_volume(v)))
+        .chain(snapshot)
         .collect()
 }
 

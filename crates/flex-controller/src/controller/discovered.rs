@@ -37,9 +37,14 @@ impl Discovered {
         let discovered =
             tokio::time::timeout(DISCOVERY_TIMEOUT, kube::discovery::group(client, group))
                 .await
-                .map_err(|_| format!("no answer within {}s", DISCOVERY_TIMEOUT.as_secs()))?
-                .map_err(|e| e.to_string())?;
-        let resource = discovered.recommended_kind(kind).map(|(r, _)| r);
+                .map_err(|_| format!("no answer within {}s", DISCOVERY_TIMEOUT.as_secs()))?;
+        // A group the API server does not serve serves none of its kinds (a CRD not
+        // installed): said as such, not as a failure to read.
+        let resource = match discovered {
+            Ok(d) => d.recommended_kind(kind).map(|(r, _)| r),
+            Err(kube::Error::Discovery(kube::error::DiscoveryError::MissingApiGroup(_))) => None,
+            Err(e) => return Err(e.to_string()),
+        };
         known.insert(key, (Instant::now(), resource.clone()));
         Ok(resource)
     }

@@ -21,6 +21,7 @@ mod reconcile;
 mod retry;
 mod seen;
 mod slim;
+mod snapshots;
 mod sources;
 mod triggers;
 mod volumes;

@@ -179,7 +179,7 @@ impl super::drive::Pipeline for Deciding<'_, Gathered> {
                 let found = super::reads::node(ctx, name).await?;
                 r.node = Some(found.as_ref().map(NodeInfo::from_node));
             }
-            Ask::Record | Ask::Claim | Ask::Traces => return Ok(false),
+            Ask::Record | Ask::Claim | Ask::Traces | Ask::Snapshot => return Ok(false),
         }
         Ok(true)
     }
@@ -233,7 +233,7 @@ async fn prepare(
     };
     // Only a pending claim's: a bound one's Job made its volume already.
     let source = match &request.data_source {
-        Some(ds) if g.pending && config.provisioner.data_sources.contains(&ds.kind_key()) => {
+        Some(ds) if g.pending && config.provisioner.accepts_source(ds) => {
             Some(super::sources::resolve(ctx, &request, ds).await?)
         }
         _ => None,

@@ -18,6 +18,9 @@ pub(super) async fn resolve(
     if ds.is_claim() {
         return clone_source(ctx, claim, ds).await;
     }
+    if ds.is_snapshot() {
+        return snapshot_source(ctx, claim, ds).await;
+    }
     let unreadable = |why| Ok(unreadable(ds, &claim.namespace, why));
     let Some(group) = ds.api_group.as_deref() else {
         return unreadable(Unreadable::CoreGroup);
@@ -63,4 +66,73 @@ async fn clone_source(
         .await?
         .map(|cm| read_record(&cm, pv));
     Ok(flex_core::source::from_record(pv, record))
+}
+
+/// A restore: the VolumeSnapshot in the claim's namespace, its class and content, and the
+/// record written when it was taken, read from the API server (restores are rare, and a
+/// snapshot becomes ready moments before a restore names it).
+async fn snapshot_source(
+    ctx: &Context,
+    claim: &ClaimRequest,
+    ds: &DataSource,
+) -> crate::Result<SourceData> {
+    use flex_core::snapshot::{GROUP, VolumeSnapshot, VolumeSnapshotClass, VolumeSnapshotContent};
+    match ctx.discovered.resource(&ctx.client, GROUP, &ds.kind).await {
+        Ok(Some(_)) => {}
+        Ok(None) => return Ok(unreadable(ds, &claim.namespace, Unreadable::KindNotServed)),
+        Err(e) => {
+            return Ok(unreadable(
+                ds,
+                &claim.namespace,
+                Unreadable::GroupUnreadable(e),
+            ));
+        }
+    }
+    let read = |what: String| crate::Error::read(what);
+    let snapshot = Api::<VolumeSnapshot>::namespaced(ctx.client.clone(), &claim.namespace)
+        .get_opt(&ds.name)
+        .await
+        .map_err(read(format!(
+            "VolumeSnapshot {}/{}",
+            claim.namespace, ds.name
+        )))?;
+    let class_name = (snapshot.as_ref())
+        .and_then(|s| s.spec.volume_snapshot_class_name.clone())
+        .unwrap_or_default();
+    let class = match class_name.as_str() {
+        "" => None,
+        name => Api::<VolumeSnapshotClass>::all(ctx.client.clone())
+            .get_opt(name)
+            .await
+            .map_err(read(format!("VolumeSnapshotClass {name}")))?,
+    };
+    let bound = (snapshot.as_ref()).and_then(|s| {
+        s.status
+            .as_ref()?
+            .bound_volume_snapshot_content_name
+            .clone()
+    });
+    let content = match bound {
+        Some(name) => Api::<VolumeSnapshotContent>::all(ctx.client.clone())
+            .get_opt(&name)
+            .await
+            .map_err(read(format!("VolumeSnapshotContent {name}")))?,
+        None => None,
+    };
+    let uid = snapshot
+        .as_ref()
+        .and_then(|s| s.metadata.uid.clone())
+        .unwrap_or_default();
+    let record = super::reads::snapshot_record(ctx, &uid).await?;
+    Ok(flex_core::source::restore_source(
+        &flex_core::source::RestoreFrom {
+            claim,
+            name: &ds.name,
+            snapshot: snapshot.as_ref(),
+            class: class.as_ref(),
+            content: content.as_ref(),
+            record: record.as_ref(),
+            provisioner_name: &ctx.opts.provisioner_name,
+        },
+    ))
 }

@@ -82,6 +82,9 @@ async fn controllers(
     metrics: Arc<crate::metrics::Metrics>,
     health: Arc<crate::http::Health>,
 ) {
+    let snapshots = super::snapshots::served(&client)
+        .await
+        .then(|| super::snapshots::watch(&client));
     let w = watch_everything(&client, &opts);
     let claims = w.caches.claims.clone();
     let volumes_store = w.caches.volumes.clone();
@@ -99,7 +102,16 @@ async fn controllers(
     );
     // One watch of each kind feeds every controller it triggers, and the orphan check.
     let [volumes_for_claims, volumes_for_volumes] = apart(&mut tasks, w.volumes);
-    let [jobs_for_claims, jobs_for_volumes, jobs_for_orphans] = apart(&mut tasks, w.jobs);
+    // VolumeSnapshots are watched when the API server serves them (their CRDs are
+    // installed), with a fourth reader of the Jobs.
+    let (jobs_for_claims, jobs_for_volumes, jobs_for_orphans) = if let Some(s) = snapshots {
+        let [a, b, c, d] = apart(&mut tasks, w.jobs);
+        super::snapshots::spawn(&mut tasks, s, d, ctx.clone());
+        (a, b, c)
+    } else {
+        let [a, b, c] = apart(&mut tasks, w.jobs);
+        (a, b, c)
+    };
     let [claim_changes] = apart(&mut tasks, w.claims);
     let [pods] = apart(&mut tasks, w.pods);
     let [failed_creates] = apart(&mut tasks, w.failed_creates);
@@ -202,7 +214,7 @@ async fn controllers(
 
 /// `N` streams of what `changes` yields, for `N` consumers, with the task that polls the
 /// watch behind it (`fan_out`) in `tasks`.
-fn apart<K, const N: usize>(
+pub(super) fn apart<K, const N: usize>(
     tasks: &mut tokio::task::JoinSet<()>,
     changes: BoxStream<'static, Result<K, kube::runtime::watcher::Error>>,
 ) -> [BoxStream<'static, Result<K, kube::runtime::watcher::Error>>; N]
@@ -249,7 +261,7 @@ async fn claim_pipelines(
 
 /// Counts a finished reconcile of `object`; a failed one is retried
 /// (`Context::error_policy` says why, and when).
-fn settled<T, E: std::fmt::Display>(
+pub(super) fn settled<T, E: std::fmt::Display>(
     ctx: &Arc<Context>,
     object: &'static str,
 ) -> impl FnMut(Result<T, E>) -> std::future::Ready<()> + use<T, E> {

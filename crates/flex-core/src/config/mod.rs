@@ -98,6 +98,12 @@ pub struct ProvisionerConfig {
 }
 
 impl ProvisionerConfig {
+    /// Whether a claim may name `ds` as its data source: a kind `data-sources` lists, or a
+    /// VolumeSnapshot in a class that takes snapshots (and so restores them).
+    pub fn accepts_source(&self, ds: &crate::claim::DataSource) -> bool {
+        self.data_sources.contains(&ds.kind_key()) || (ds.is_snapshot() && self.snapshots)
+    }
+
     /// `namespace/name` of the ConfigMap, as recorded on PVs and shown in messages.
     pub fn source(&self) -> String {
         format!("{}/{}", self.namespace, self.name)

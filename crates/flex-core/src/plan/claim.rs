@@ -1144,7 +1144,7 @@ fn source_problem(
             ),
         ));
     }
-    if !config.provisioner.data_sources.contains(&kind) {
+    if !config.provisioner.accepts_source(ds) {
         return Some((
             BLOCKED,
             format!(

@@ -231,7 +231,7 @@ pub fn delete_snapshot_job(
 /// to the snapshot's copy (the handle). A restore's image then copies from it as a clone
 /// copies from its source (`SOURCE_PV_JSON`). `None` for a volume of another type than
 /// `local`, `hostPath` or `nfs`, or an `nfs` handle of another server.
-pub fn restore_source(record: &SnapshotRecord) -> Option<PersistentVolume> {
+pub fn restored_volume(record: &SnapshotRecord) -> Option<PersistentVolume> {
     let mut pv = record.source_pv.clone();
     let spec = pv.spec.as_mut()?;
     if let Some(local) = spec.local.as_mut() {

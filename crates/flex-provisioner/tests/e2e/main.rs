@@ -27,3 +27,4 @@ mod quick_start;
 mod rbac;
 mod report_limits;
 mod restart;
+mod snapshots;

@@ -132,6 +132,16 @@ impl Applier {
             .await
     }
 
+    /// Creates a cluster-scoped object (a VolumeSnapshotContent); one that exists is
+    /// adopted: the next plan, from the cache, judges whether it is the one it meant.
+    pub async fn create_cluster<K>(&self, api: &Api<K>, object: &K) -> crate::Result<Created>
+    where
+        K: Resource<DynamicType = ()> + Serialize,
+    {
+        let what = writing::<K>("creating", &object.name_any());
+        created(self.create_unread(api, object).await, what)
+    }
+
     /// Creates an object once per run of the controller (`key` names the write): a
     /// reconcile on a cache that has not caught up yet does not send it again.
     pub async fn create_once<K>(&self, key: &str, object: &K) -> crate::Result<()>

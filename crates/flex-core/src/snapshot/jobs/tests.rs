@@ -190,15 +190,15 @@ fn a_restore_copies_from_the_snapshot_as_a_clone_from_its_source() {
         recipe: snapshot_recipe(&recipe(), "team", "9f1c"),
         parameters: BTreeMap::new(),
     };
-    let source = restore_source(&record).unwrap();
+    let source = restored_volume(&record).unwrap();
     let local = source.spec.unwrap().local.unwrap();
     assert_eq!(local.path, "/var/flex/.snapshots/team/9f1c");
     record.source_pv = serde_json::from_value(json!({"metadata": {"name": "pvc-n"},
         "spec": {"nfs": {"server": "nfs.example", "path": "/exports/team/data"}}}))
     .unwrap();
     record.handle = "nfs.example:/exports/.snapshots/team/9f1c".into();
-    let nfs = restore_source(&record).unwrap().spec.unwrap().nfs.unwrap();
+    let nfs = restored_volume(&record).unwrap().spec.unwrap().nfs.unwrap();
     assert_eq!(nfs.path, "/exports/.snapshots/team/9f1c");
     record.handle = "elsewhere:/exports/.snapshots/team/9f1c".into();
-    assert!(restore_source(&record).is_none(), "another server");
+    assert!(restored_volume(&record).is_none(), "another server");
 }

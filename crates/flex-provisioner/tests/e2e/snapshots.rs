@@ -1,0 +1,251 @@
+//! End to end: VolumeSnapshots of our volumes with the standard snapshot API. On a real
+//! control plane the CRDs and the standard snapshot-controller are installed
+//! (`Cluster::serve_snapshots`); the sandbox serves no snapshot API, and there a restore
+//! from a VolumeSnapshot is refused in words.
+
+use crate::common;
+
+use common::cluster::Cluster;
+use common::provisioning::{
+    NS, bound, claim, claim_object, class, create_pod, jobs_of, sandbox, storage_dir, wait_event,
+    with_examples_on,
+};
+use common::sandbox::eventually;
+use flex_core::snapshot::{VolumeSnapshot, VolumeSnapshotClass, VolumeSnapshotContent};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+
+const SNAPSHOT_CLASS: &str = "flex-snapshots";
+
+async fn snapshot_class(sb: &Cluster, policy: &str) {
+    let class: VolumeSnapshotClass = serde_json::from_value(json!({
+        "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
+        "metadata": {"name": SNAPSHOT_CLASS},
+        "driver": flex_core::names::DEFAULT_PROVISIONER_NAME, "deletionPolicy": policy
+    }))
+    .unwrap();
+    Api::<VolumeSnapshotClass>::all(sb.client().unwrap())
+        .create(&PostParams::default(), &class)
+        .await
+        .unwrap();
+}
+
+async fn take(sb: &Cluster, name: &str, claim: &str) {
+    let s: VolumeSnapshot = serde_json::from_value(json!({
+        "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
+        "metadata": {"name": name},
+        "spec": {"volumeSnapshotClassName": SNAPSHOT_CLASS,
+                 "source": {"persistentVolumeClaimName": claim}}
+    }))
+    .unwrap();
+    Api::<VolumeSnapshot>::namespaced(sb.client().unwrap(), "default")
+        .create(&PostParams::default(), &s)
+        .await
+        .unwrap();
+}
+
+/// A claim restored from snapshot `from`, with a pod on `node` that waits for it to bind.
+async fn restore(sb: &Cluster, name: &str, class: &str, from: &str, node: &str) {
+    let mut c = claim_object(name, class);
+    c.spec.as_mut().unwrap().data_source = Some(
+        serde_json::from_value(json!({"apiGroup": "snapshot.storage.k8s.io",
+            "kind": "VolumeSnapshot", "name": from}))
+        .unwrap(),
+    );
+    Api::<PersistentVolumeClaim>::namespaced(sb.client().unwrap(), "default")
+        .create(&PostParams::default(), &c)
+        .await
+        .unwrap();
+    create_pod(
+        sb,
+        json!({"metadata": {"name": format!("{name}-user")}, "spec": {"restartPolicy": "Never",
+        "nodeSelector": {"kubernetes.io/hostname": node},
+        "containers": [{"name": "w", "image": "demo-writer", "volumeMounts": [{"name": "d", "mountPath": "/data"}]}],
+        "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": name}}]}}),
+    )
+    .await;
+}
+
+/// A claim of `class` on `node` with hello.txt written into it; the bound claim and its PV.
+async fn written(
+    sb: &Cluster,
+    name: &str,
+    class: &str,
+) -> (PersistentVolumeClaim, PersistentVolume) {
+    common::provisioning::claim_with_pod(sb, name, class, &format!("{name}-writer")).await;
+    let pods: Api<Pod> = Api::namespaced(sb.client().unwrap(), "default");
+    let claim = bound(sb, name, 180).await;
+    eventually(60, "the writer to finish", || async {
+        let p = pods.get(&format!("{name}-writer")).await.ok()?;
+        (p.status?.phase.as_deref() == Some("Succeeded")).then_some(())
+    })
+    .await;
+    let pv_name = claim.spec.clone().unwrap().volume_name.unwrap();
+    let pv = Api::<PersistentVolume>::all(sb.client().unwrap())
+        .get(&pv_name)
+        .await
+        .unwrap();
+    (claim, pv)
+}
+
+fn node_of(pv: &PersistentVolume) -> String {
+    let terms = &pv.spec.as_ref().unwrap().node_affinity.as_ref().unwrap();
+    let term = &terms.required.as_ref().unwrap().node_selector_terms[0];
+    term.match_expressions.as_ref().unwrap()[0]
+        .values
+        .as_ref()
+        .unwrap()[0]
+        .clone()
+}
+
+async fn ready(sb: &Cluster, name: &str) -> VolumeSnapshot {
+    let snapshots: Api<VolumeSnapshot> = Api::namespaced(sb.client().unwrap(), "default");
+    eventually(120, &format!("snapshot {name} to be ready"), || async {
+        let s = snapshots.get(name).await.ok()?;
+        (s.status.as_ref()?.ready_to_use == Some(true)).then_some(s)
+    })
+    .await
+}
+
+/// The acceptance flow, with the standard snapshot-controller: a snapshot of a hostpath
+/// volume becomes ready; a claim restored from it holds what was written before it and not
+/// what was written after; deleting the snapshot removes its copy, its content and itself.
+#[tokio::test]
+async fn a_hostpath_snapshot_is_taken_restored_and_deleted() {
+    taken_restored_and_deleted(true).await;
+}
+
+/// The same with the CRDs alone: the controller writes the snapshot's status and deletes
+/// the content of a deleted snapshot itself.
+#[tokio::test]
+async fn without_the_snapshot_controller_a_snapshot_is_taken_restored_and_deleted() {
+    taken_restored_and_deleted(false).await;
+}
+
+async fn taken_restored_and_deleted(with_snapshot_controller: bool) {
+    common::at_root();
+    let sb = sandbox().await;
+    let served = sb.serve_snapshots(with_snapshot_controller).await;
+    let (sb, _c) = with_examples_on(sb, &["configmaps/hostpath.yaml"]).await;
+    let (_, pv) = written(&sb, "data", "local-hostpath").await;
+    let node = node_of(&pv);
+    if !served {
+        // The sandbox serves no snapshot API: a restore says so and runs nothing.
+        restore(&sb, "restored", "local-hostpath", "before", &node).await;
+        let needle = "serves no kind VolumeSnapshot in group snapshot.storage.k8s.io";
+        wait_event(&sb, "restored", "ProvisioningFailed", needle, 60).await;
+        let restores = jobs_of(&sb, "provision").await.len();
+        assert_eq!(restores, 1, "only the source's Job");
+        return;
+    }
+    snapshot_class(&sb, "Delete").await;
+    take(&sb, "before", "data").await;
+    let taken = ready(&sb, "before").await;
+    let uid = taken.metadata.uid.clone().unwrap();
+    let status = taken.status.clone().unwrap();
+    assert_eq!(
+        status.bound_volume_snapshot_content_name.as_deref(),
+        Some(format!("snapcontent-{uid}").as_str())
+    );
+    assert_eq!(status.restore_size.unwrap().0, "1Gi");
+    let volume = storage_dir(&sb, &pv);
+    let copy = volume
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join(format!(".snapshots/default/{uid}"));
+    assert!(copy.join("hello.txt").is_file(), "{}", copy.display());
+    // Written after the snapshot: not in it.
+    std::fs::write(volume.join("after.txt"), "after").unwrap();
+
+    restore(&sb, "restored", "local-hostpath", "before", &node).await;
+    let restored = bound(&sb, "restored", 180).await;
+    let restored_pv = Api::<PersistentVolume>::all(sb.client().unwrap())
+        .get(&restored.spec.unwrap().volume_name.unwrap())
+        .await
+        .unwrap();
+    let dir = storage_dir(&sb, &restored_pv);
+    let text = std::fs::read_to_string(dir.join("hello.txt")).unwrap();
+    assert!(text.starts_with("written by data-writer"), "{text}");
+    assert!(
+        !dir.join("after.txt").exists(),
+        "what was written after the snapshot"
+    );
+
+    Api::<VolumeSnapshot>::namespaced(sb.client().unwrap(), "default")
+        .delete("before", &DeleteParams::default())
+        .await
+        .unwrap();
+    let contents: Api<VolumeSnapshotContent> = Api::all(sb.client().unwrap());
+    let snapshots: Api<VolumeSnapshot> = Api::namespaced(sb.client().unwrap(), "default");
+    eventually(
+        120,
+        "the snapshot, its content and its copy to go",
+        || async {
+            let gone = snapshots.get_opt("before").await.ok()?.is_none()
+                && contents
+                    .get_opt(&format!("snapcontent-{uid}"))
+                    .await
+                    .ok()?
+                    .is_none()
+                && !copy.exists();
+            gone.then_some(())
+        },
+    )
+    .await;
+    assert!(
+        volume.join("hello.txt").is_file(),
+        "the volume itself stays"
+    );
+}
+
+/// A snapshot whose Job fails for good shows the image's message on the VolumeSnapshot,
+/// and no second attempt starts.
+#[tokio::test]
+async fn a_snapshot_whose_job_fails_shows_the_images_message() {
+    let sb = sandbox().await;
+    if !sb.serve_snapshots(true).await {
+        return;
+    }
+    let _c = common::provisioning::controller(&sb);
+    class(
+        &sb,
+        "snaps",
+        "Immediate",
+        "snapshot-fails",
+        json!({"snapshots": "true"}),
+    )
+    .await;
+    claim(&sb, "data", "snaps").await;
+    bound(&sb, "data", 120).await;
+    snapshot_class(&sb, "Delete").await;
+    take(&sb, "doomed", "data").await;
+    let snapshots: Api<VolumeSnapshot> = Api::namespaced(sb.client().unwrap(), "default");
+    let message = eventually(120, "the failure on the snapshot", || async {
+        let s = snapshots.get("doomed").await.ok()?;
+        let m = s.status?.error?.message?;
+        m.contains("quota exceeded").then_some(m)
+    })
+    .await;
+    assert!(
+        message.contains("exit code 2: quota exceeded on /srv/snapshots"),
+        "{message}"
+    );
+    let told = wait_event(
+        &sb,
+        "doomed",
+        "SnapshotCreationFailed",
+        "quota exceeded",
+        60,
+    )
+    .await;
+    assert!(told.contains("no new attempt is made"), "{told}");
+    let attempts = jobs_of(&sb, "snapshot").await;
+    assert_eq!(attempts.len(), 1, "a permanent failure is not retried");
+    assert!(
+        attempts[0].metadata.namespace.as_deref() == Some(NS),
+        "the Job runs in the config namespace"
+    );
+}
