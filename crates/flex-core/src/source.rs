@@ -318,6 +318,9 @@ pub fn unreadable(ds: &crate::claim::DataSource, namespace: &str, why: Unreadabl
 }
 
 #[cfg(test)]
+mod restore_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::PersistentVolumeClaim;

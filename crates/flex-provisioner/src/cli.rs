@@ -211,7 +211,8 @@ pub struct RenderArgs {
     /// Seconds a finished Job is kept (ttlSecondsAfterFinished).
     #[arg(long, default_value_t = flex_core::job::DEFAULT_JOB_TTL_SECONDS)]
     pub job_ttl: i32,
-    /// Which Job: `provision` (the default) or `expand` (needs --size).
+    /// Which Job: `provision` (the default), `expand` (needs --size), or a snapshot's:
+    /// `snapshot` or `delete-snapshot` (classes with `snapshots: "true"`).
     #[arg(long, value_enum, default_value_t = RenderAction::Provision)]
     pub action: RenderAction,
     /// With --action expand: the size the claim grows to (e.g. 2Gi).
@@ -225,6 +226,8 @@ pub struct RenderArgs {
 pub enum RenderAction {
     Provision,
     Expand,
+    Snapshot,
+    DeleteSnapshot,
 }
 
 #[derive(Debug, Args)]

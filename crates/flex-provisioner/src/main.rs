@@ -4,8 +4,8 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Parser;
-use flex_provisioner::cli::{Cli, Command, VolumeCommand};
-use flex_provisioner::offline::{RenderInput, check_files, render_files};
+use flex_provisioner::cli::{Cli, Command, RenderAction, VolumeCommand};
+use flex_provisioner::offline::{RenderInput, SnapshotJob, check_files, render_files};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -150,6 +150,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 expand_to: (args.action == flex_provisioner::cli::RenderAction::Expand)
                     .then_some(args.size)
                     .flatten(),
+                snapshot: match args.action {
+                    RenderAction::Snapshot => Some(SnapshotJob::Take),
+                    RenderAction::DeleteSnapshot => Some(SnapshotJob::Delete),
+                    _ => None,
+                },
             })
             .context("render failed")?;
             print!("{out}");

@@ -7,4 +7,4 @@ mod render;
 
 pub use check::{CheckReport, check_files, check_files_with};
 pub use files::{Document, parse_documents, read_documents};
-pub use render::{RenderInput, render_files, render_objects};
+pub use render::{RenderInput, SnapshotJob, render_files, render_objects};

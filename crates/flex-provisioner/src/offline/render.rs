@@ -26,6 +26,17 @@ pub struct RenderInput {
     pub ttl_seconds: i32,
     /// Render the expansion Job that grows the claim's volume to this size instead.
     pub expand_to: Option<String>,
+    /// Render a Job of a snapshot of the claim's volume instead.
+    pub snapshot: Option<SnapshotJob>,
+}
+
+/// Which Job of a snapshot to render.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnapshotJob {
+    /// The Job that takes it (`ACTION=snapshot`).
+    Take,
+    /// The Job that deletes its copy (`ACTION=delete-snapshot`).
+    Delete,
 }
 
 /// Reads the files and returns the YAML of the Job followed by the PV template.
@@ -51,6 +62,27 @@ pub fn render_files(input: &RenderInput) -> Result<String, Error> {
         )?;
         let mut out = format!(
             "# The Job flex-provisioner would create to grow the claim's volume to {size}\n---\n"
+        );
+        out.push_str(&to_yaml(&job)?);
+        return Ok(out);
+    }
+    if let Some(which) = input.snapshot {
+        let job = render_snapshot(
+            &cm,
+            &sc,
+            pvc,
+            node.as_ref(),
+            &input.provisioner_name,
+            which,
+            input.attempt,
+            input.ttl_seconds,
+        )?;
+        let what = match which {
+            SnapshotJob::Take => "take a snapshot of the claim's volume",
+            SnapshotJob::Delete => "delete that snapshot's copy",
+        };
+        let mut out = format!(
+            "# The Job flex-provisioner would create to {what} (a VolumeSnapshot `<claim>-snapshot` of class `flex-snapshots`, with made-up uids; SOURCE_PV_JSON is the volume before the image's source is added)\n---\n"
         );
         out.push_str(&to_yaml(&job)?);
         return Ok(out);
@@ -176,6 +208,85 @@ pub fn render_expansion(
         attempt,
         ttl_seconds,
     ))
+}
+
+/// A Job of a snapshot of the claim's volume, as if the claim had been provisioned: the
+/// snapshot Job from the volume's record, or the delete-snapshot Job from the record the
+/// snapshot would have.
+#[allow(clippy::too_many_arguments)]
+pub fn render_snapshot(
+    cm: &ConfigMap,
+    sc: &StorageClass,
+    pvc: PersistentVolumeClaim,
+    node: Option<&Node>,
+    provisioner_name: &str,
+    which: SnapshotJob,
+    attempt: u32,
+    ttl_seconds: i32,
+) -> Result<Job, Error> {
+    use flex_core::snapshot::jobs::{
+        SnapshotJob as Taking, delete_snapshot_job, expected_handle, snapshot_job, snapshot_recipe,
+    };
+    use flex_core::snapshot::record::SnapshotRecord;
+    use flex_core::snapshot::{VolumeSnapshot, VolumeSnapshotClass, content_for};
+    let p = prepare(cm, sc, pvc, node, provisioner_name)?;
+    if !p.config.provisioner.snapshots {
+        return Err(Error::ConfigMismatch(format!(
+            "class `{}`'s ConfigMap does not set snapshots: \"true\", so its claims are not snapshotted",
+            p.config.class.name
+        )));
+    }
+    let volume = flex_core::record::Record {
+        recipe: JobRecipe::deprovision(&p.config, &p.rendered, p.node.as_ref()),
+        expand: None,
+        parameters: p.rendered.parameters.clone(),
+    };
+    let uid = format!("{}-snap", p.claim.uid);
+    let snapshot: VolumeSnapshot = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("{}-snapshot", p.claim.name),
+                     "namespace": p.claim.namespace, "uid": uid},
+        "spec": {"volumeSnapshotClassName": "flex-snapshots",
+                 "source": {"persistentVolumeClaimName": p.claim.name}}
+    }))
+    .map_err(|e| Error::ConfigMismatch(e.to_string()))?;
+    let class: VolumeSnapshotClass = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "flex-snapshots"}, "driver": provisioner_name,
+        "deletionPolicy": "Delete"
+    }))
+    .map_err(|e| Error::ConfigMismatch(e.to_string()))?;
+    let mut content = content_for(&snapshot, &class, &p.pv, Default::default())
+        .ok_or_else(|| Error::ConfigMismatch("the made-up snapshot has no uid".into()))?;
+    content.metadata.uid = Some(format!("{uid}-content"));
+    Ok(match which {
+        SnapshotJob::Take => snapshot_job(Taking {
+            snapshot: &snapshot,
+            content: &content,
+            class: &class,
+            pv: &p.pv,
+            volume: &volume,
+            provisioner_name,
+            attempt,
+            ttl_seconds,
+        }),
+        SnapshotJob::Delete => {
+            let recipe = snapshot_recipe(&volume.recipe, &p.claim.namespace, &uid);
+            let record = SnapshotRecord {
+                snapshot: (
+                    p.claim.namespace.clone(),
+                    format!("{}-snapshot", p.claim.name),
+                ),
+                snapshot_uid: uid.clone(),
+                source_pv: p.pv.clone(),
+                handle: expected_handle(&recipe)
+                    .unwrap_or_else(|| "<the handle its snapshot Job reported>".into()),
+                restore_size: i64::try_from(p.claim.bytes.0).unwrap_or(i64::MAX),
+                taken_at: Default::default(),
+                recipe,
+                parameters: volume.parameters.clone(),
+            };
+            delete_snapshot_job(&record, &content, provisioner_name, attempt, ttl_seconds)
+        }
+    })
 }
 
 /// What both renderings start from: the checked configuration, the claim (with a stable

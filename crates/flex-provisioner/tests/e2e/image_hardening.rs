@@ -158,6 +158,7 @@ fn shipped_security(image: &str) -> Value {
         attempt: 1,
         ttl_seconds: 3600,
         expand_to: None,
+        snapshot: None,
     })
     .unwrap_or_else(|e| panic!("{}: {e}", example.display()));
     let job = parse_documents(&rendered, "render")

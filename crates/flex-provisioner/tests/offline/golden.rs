@@ -48,6 +48,7 @@ fn render_output_matches_the_committed_golden_files() {
             attempt: 1,
             ttl_seconds: 3600,
             expand_to: None,
+            snapshot: None,
         })
         .unwrap_or_else(|e| panic!("{}: {e}", example.display()));
         let golden = Path::new("testdata/golden").join(example.file_name().unwrap());
@@ -65,5 +66,78 @@ fn render_output_matches_the_committed_golden_files() {
     assert!(
         mismatched.is_empty(),
         "render output changed for {mismatched:?}; review with UPDATE_GOLDEN=1 cargo test --test e2e golden:: && git diff testdata/golden"
+    );
+}
+
+/// `render --action snapshot|delete-snapshot` on the shipped hostpath class: the Jobs a
+/// snapshot of the fixture claim's volume would run, mounting only what each needs.
+#[test]
+fn the_snapshot_jobs_of_the_hostpath_class_render() {
+    common::at_root();
+    let render = |which| {
+        render_files(&RenderInput {
+            config: "configmaps/hostpath.yaml".into(),
+            class: "configmaps/hostpath.yaml".into(),
+            claim: "testdata/fixtures/claim.yaml".into(),
+            node: Some("testdata/fixtures/node.yaml".into()),
+            provisioner_name: flex_core::names::DEFAULT_PROVISIONER_NAME.into(),
+            attempt: 1,
+            ttl_seconds: 3600,
+            expand_to: None,
+            snapshot: Some(which),
+        })
+        .unwrap()
+    };
+    let job = |out: &str| -> k8s_openapi::api::batch::v1::Job {
+        serde_yaml_ng::from_str(out.split("---\n").nth(1).unwrap()).unwrap()
+    };
+    let mounts = |j: &k8s_openapi::api::batch::v1::Job| -> Vec<(String, bool)> {
+        let c = &j
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers[0];
+        (c.volume_mounts.iter().flatten())
+            .map(|m| {
+                (
+                    m.sub_path.clone().unwrap_or_default(),
+                    m.read_only == Some(true),
+                )
+            })
+            .collect()
+    };
+    let take = job(&render(flex_provisioner::offline::SnapshotJob::Take));
+    assert!(
+        take.metadata
+            .name
+            .as_deref()
+            .unwrap()
+            .starts_with("snapshot-")
+    );
+    let m = mounts(&take);
+    assert_eq!(m.len(), 2, "{m:?}");
+    assert!(m[0].0.starts_with(".snapshots/") && !m[0].1, "{m:?}");
+    assert!(
+        !m[1].0.starts_with(".snapshots") && m[1].1,
+        "the volume, read-only: {m:?}"
+    );
+    let delete = job(&render(flex_provisioner::offline::SnapshotJob::Delete));
+    assert!(
+        delete
+            .metadata
+            .name
+            .as_deref()
+            .unwrap()
+            .starts_with("delete-snapshot-")
+    );
+    let m = mounts(&delete);
+    assert_eq!(m.len(), 1, "{m:?}");
+    assert!(
+        m[0].0.starts_with(".snapshots/") && m[0].0.matches('/').count() == 1,
+        "{m:?}"
     );
 }
