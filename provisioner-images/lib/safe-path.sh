@@ -343,6 +343,26 @@ archive_dir() {
     fi
 }
 
+# snapshots_only_for_snapshots ACTION DIR: a snapshot's Jobs work exactly in
+# .snapshots/<namespace>/<uid>, and no other Job ever works in .snapshots (where the
+# class's snapshots are kept, whatever a DIRECTORY parameter renders to). Exit 2 otherwise.
+snapshots_only_for_snapshots() {
+    case "$1" in
+        snapshot|delete-snapshot)
+            case "$2" in
+                .snapshots/*/*/*|.snapshots/*//*|.snapshots//*|*/) ;;
+                .snapshots/?*/?*) return 0 ;;
+            esac
+            fail 2 "a snapshot's directory is .snapshots/<namespace>/<uid>, not '$(printable "$2")'"
+            ;;
+        *)
+            case "$2" in
+                .snapshots|.snapshots/*) fail 2 "the directory '$(printable "$2")' lies in .snapshots, where the class's snapshots are kept" ;;
+            esac
+            ;;
+    esac
+}
+
 # clone_from REAL_BASE SOURCE_PATH NODE_BASE DEST_REAL: for a clone (the Job has
 # SOURCE_PV_JSON), copies the contents of the source volume's directory SOURCE_PATH (its
 # path as the PV gives it, which must lie below NODE_BASE, the base as PVs name it) into

@@ -52,6 +52,10 @@ pub fn by_class(name: &str) -> String {
 pub fn by_source(volume: &str) -> String {
     format!("source/{volume}")
 }
+/// Restores copying from a snapshot's content, by the content's name.
+pub fn by_source_snapshot(content: &str) -> String {
+    format!("source-snapshot/{content}")
+}
 /// The Jobs (and pods) of one VolumeSnapshot, by its uid.
 pub fn by_snapshot(uid: &str) -> String {
     format!("snapshot/{uid}")
@@ -143,6 +147,10 @@ pub fn job_keys(j: &Job) -> Vec<String> {
     // A clone's and a snapshot's Jobs keep the volume they copy from.
     if matches!(action, Some(Action::Provision | Action::Snapshot)) {
         keys.extend(annotations.get(ANN_SOURCE_VOLUME).map(|v| by_source(v)));
+    }
+    if action == Some(Action::Provision) {
+        let restore = annotations.get(flex_core::names::ANN_SOURCE_SNAPSHOT);
+        keys.extend(restore.map(|c| by_source_snapshot(c)));
     }
     keys
 }

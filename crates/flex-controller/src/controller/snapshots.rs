@@ -17,7 +17,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 
-use super::caches::{by_snapshot, trim_meta};
+use super::caches::{by_snapshot, by_source_snapshot, trim_meta};
 use super::compact::Shared;
 use super::context::Context;
 use flex_core::names::{ANN_CONTENT, ANN_SNAPSHOT, Action as JobAction, annotation};
@@ -78,17 +78,29 @@ pub(super) fn watch(client: &Client) -> Watches {
             + Sync
             + 'static,
     {
+        reflect_trimmed(client, trim_meta)
+    }
+    fn reflect_trimmed<K>(client: &Client, trim: fn(&mut K)) -> (Store<K>, Changes<K>)
+    where
+        K: Resource<DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
         use kube::runtime::WatchStreamExt;
         let (store, writer) = kube::runtime::reflector::store();
         let changes = watcher(Api::<K>::all(client.clone()), watcher::Config::default())
             .default_backoff()
-            .modify(trim_meta)
+            .modify(trim)
             .reflect(writer)
             .touched_objects()
             .boxed();
         (store, changes)
     }
-    let (snapshots, snapshot_changes) = reflect(client);
+    let (snapshots, snapshot_changes) = reflect_trimmed(client, trim_snapshot);
     let (contents, content_changes) = reflect(client);
     let (classes, class_changes) = reflect(client);
     Watches {
@@ -99,6 +111,15 @@ pub(super) fn watch(client: &Client) -> Watches {
         content_changes,
         class_changes,
     }
+}
+
+/// Any user may write hundreds of kilobytes of labels and annotations into each of their
+/// VolumeSnapshots, and every one of the cluster is cached: no decision reads them, so
+/// none is kept.
+fn trim_snapshot(s: &mut VolumeSnapshot) {
+    trim_meta(s);
+    s.metadata.labels = None;
+    s.metadata.annotations = None;
 }
 
 /// The two controllers, with their triggers: a VolumeSnapshot's own changes, its content's
@@ -192,10 +213,14 @@ async fn reconcile_snapshot(vs: Arc<VolumeSnapshot>, shared: Both) -> crate::Res
     ctx.readiness.wait().await;
     let class = (vs.spec.volume_snapshot_class_name.as_deref())
         .and_then(|n| stores.classes.get(&ObjectRef::new(n)));
-    // Another driver's snapshot costs nothing more.
-    let Some(class) = class.filter(|c| c.driver == ctx.opts.provisioner_name) else {
-        return Ok(Action::await_change());
+    // Another driver's snapshot costs nothing more; one whose class is not seen (yet) is
+    // looked at again: class changes bring no snapshot back.
+    let Some(class) = class else {
+        return Ok(Action::requeue(Duration::from_secs(60)));
     };
+    if class.driver != ctx.opts.provisioner_name {
+        return Ok(Action::await_change());
+    }
     let ns = vs.namespace().unwrap_or_default();
     let uid = vs.uid().unwrap_or_default();
     let claim_name = vs
@@ -224,42 +249,45 @@ async fn reconcile_snapshot(vs: Arc<VolumeSnapshot>, shared: Both) -> crate::Res
     let content_unseen = (ctx.apply.expected)
         .unseen_for(&content_key, |_| content.is_some())
         .is_some();
-    let record = cached_record(ctx, &uid);
+    let mut record = cached_record(ctx, &uid);
+    let mut record_read = false;
     let jobs = ctx.caches.jobs_by(&by_snapshot(&uid));
     let pods = ctx.caches.pods_by(&by_snapshot(&uid));
     let mut volume_record = None;
-    let inputs = |volume_record| SnapshotInputs {
-        snapshot: &vs,
-        provisioner_name: &ctx.opts.provisioner_name,
-        class: Some(&class),
-        claim: claim.as_deref(),
-        pv: pv.as_deref(),
-        enabled: enabled.clone(),
-        content: content.as_deref(),
-        content_unseen,
-        volume_record,
-        record: record.as_ref(),
-        jobs: jobs.iter().map(AsRef::as_ref).collect(),
-        pods: pods.iter().map(AsRef::as_ref).collect(),
-        retry_base: ctx.opts.retry_base,
-        job_ttl_seconds: ctx.opts.job_ttl_seconds,
-        now: jiff::Timestamp::now(),
-    };
-    let mut read = None;
+    let mut read = false;
     let plan = loop {
-        match plan_snapshot(&inputs(volume_record.clone())) {
+        let inputs = SnapshotInputs {
+            snapshot: &vs,
+            provisioner_name: &ctx.opts.provisioner_name,
+            class: Some(&class),
+            claim: claim.as_deref(),
+            pv: pv.as_deref(),
+            enabled: enabled.clone(),
+            content: content.as_deref(),
+            content_unseen,
+            volume_record: volume_record.clone(),
+            record: record.as_ref(),
+            record_read,
+            jobs: jobs.iter().map(AsRef::as_ref).collect(),
+            pods: pods.iter().map(AsRef::as_ref).collect(),
+            retry_base: ctx.opts.retry_base,
+            job_ttl_seconds: ctx.opts.job_ttl_seconds,
+            now: jiff::Timestamp::now(),
+        };
+        match plan_snapshot(&inputs) {
             Ok(p) => break p,
-            Err(Ask::Record) if read.is_none() => {
+            // The volume's record and the snapshot's, afresh: they decide what runs.
+            Err(Ask::Record) if !read => {
                 let Some(pv) = pv.as_deref() else {
                     return Ok(Action::requeue(Duration::from_secs(30)));
                 };
                 let cm = super::reads::record(ctx, pv).await?;
-                let r = match cm {
+                volume_record = Some(match cm {
                     Some(cm) => flex_core::record::read_record(&cm, pv),
                     None => Err(flex_core::record::RecordError::missing(pv)),
-                };
-                read = Some(());
-                volume_record = Some(r);
+                });
+                record = super::reads::snapshot_record(ctx, &uid).await?;
+                (read, record_read) = (true, true);
             }
             Err(_) => return Ok(Action::requeue(Duration::from_secs(30))),
         }
@@ -326,6 +354,24 @@ async fn reconcile_content(
         .is_some_and(|s| same(&s));
     let jobs = ctx.caches.jobs_by(&by_snapshot(&snapshot_uid));
     let pods = ctx.caches.pods_by(&by_snapshot(&snapshot_uid));
+    let cached_snapshot = stores
+        .snapshots
+        .get(&ObjectRef::new(&at.0).within(&at.1))
+        .filter(|s| same(s));
+    let mut snapshot_deleting =
+        cached_snapshot.is_some_and(|s| s.metadata.deletion_timestamp.is_some());
+    let restoring = (ctx
+        .caches
+        .jobs_by(&by_source_snapshot(&content.name_any()))
+        .iter())
+    .any(|j| flex_core::job::outcome(j, &[]) == flex_core::job::JobOutcome::Running);
+    // A Job created a moment ago that the watch has not delivered yet.
+    let unseen = (ctx.apply.expected).unseen_for(&snapshot_uid, |name| {
+        jobs.iter().any(|j| j.name_any() == name)
+    });
+    if unseen.is_some() {
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
     let mut snapshot_exists = cached;
     let mut snapshot_confirmed = false;
     let mut record = cached_record(ctx, &snapshot_uid);
@@ -338,6 +384,8 @@ async fn reconcile_content(
                 provisioner_name: &ctx.opts.provisioner_name,
                 snapshot_exists,
                 snapshot_confirmed,
+                snapshot_deleting,
+                restoring,
                 record: record.as_ref(),
                 record_read,
                 jobs: jobs.iter().map(AsRef::as_ref).collect(),
@@ -362,7 +410,11 @@ async fn reconcile_content(
                             "VolumeSnapshot {}/{}",
                             at.1, at.0
                         )))?;
-                    snapshot_exists = found.is_some_and(|s| same(&s));
+                    let found = found.filter(|s| same(s));
+                    snapshot_deleting = found
+                        .as_ref()
+                        .is_some_and(|s| s.metadata.deletion_timestamp.is_some());
+                    snapshot_exists = found.is_some();
                     snapshot_confirmed = true;
                 }
                 Ask::Record => {

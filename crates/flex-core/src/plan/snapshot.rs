@@ -45,6 +45,7 @@ pub mod reasons {
     pub const READY: &str = "SnapshotReady";
     pub const DELETE_ERROR: &str = "SnapshotDeleteError";
     pub const DELETED: &str = "SnapshotDeleted";
+    pub const CONTENT_MISSING: &str = "SnapshotContentMissing";
 }
 
 pub struct SnapshotInputs<'a> {
@@ -65,8 +66,11 @@ pub struct SnapshotInputs<'a> {
     pub content_unseen: bool,
     /// The volume's record, once read ([`Ask::Record`]).
     pub volume_record: Option<Result<Record, RecordError>>,
-    /// The snapshot's record, as cached.
+    /// The snapshot's record: as cached, or as read from the API server with the volume's
+    /// ([`Ask::Record`], `record_read`): no Job is started on the cache's word that there is
+    /// none (after a restart the records may not be cached yet).
     pub record: Option<&'a ConfigMap>,
+    pub record_read: bool,
     /// The snapshot's Jobs, and their pods.
     pub jobs: Vec<&'a Job>,
     pub pods: Vec<&'a Pod>,
@@ -168,6 +172,22 @@ pub fn plan_snapshot(i: &SnapshotInputs<'_>) -> Decision<SnapshotPlan> {
         if i.content_unseen {
             return plan(SnapshotStep::Wait(Duration::from_secs(2)), vec![]);
         }
+        // Bound or ready once: its content was deleted by hand. Making a new one would
+        // take the snapshot again, of the volume as it is now.
+        let status = s.status.as_ref();
+        let bound = status.and_then(|st| st.bound_volume_snapshot_content_name.as_deref());
+        if bound.is_some() || status.and_then(|st| st.ready_to_use) == Some(true) {
+            let notice = Notice::warning(
+                format!("content-gone/{uid}"),
+                reasons::CONTENT_MISSING,
+                format!(
+                    "snapshot {name}'s content {} is gone; the snapshot is not taken again (delete it and take a new one)",
+                    bound.unwrap_or_default()
+                ),
+            )
+            .action("Snapshot");
+            return plan(SnapshotStep::Ignore, vec![notice]);
+        }
         if let Some(why) = volume_problem(i, &claim_name) {
             return blocked(why);
         }
@@ -234,6 +254,10 @@ fn taken(
     uid: &str,
 ) -> Decision<SnapshotPlan> {
     let content_uid = content.metadata.uid.as_deref().unwrap_or_default();
+    // Being deleted: its content's plan finishes it; nothing new starts.
+    if content.metadata.deletion_timestamp.is_some() {
+        return plan(SnapshotStep::Ignore, vec![]);
+    }
     if let Some(cm) = i.record {
         return match read_snapshot_record(cm, content) {
             Ok(record) => {
@@ -246,6 +270,7 @@ fn taken(
                     || status.error.is_some()
                     || status.creation_time.is_none();
                 if differs {
+                    let ready = with_uid(ready, content_uid);
                     return plan(SnapshotStep::PatchContentStatus(ready), vec![]);
                 }
                 mirror(i, content, vec![])
@@ -263,6 +288,23 @@ fn taken(
     }
     if annotation(&content.metadata, ANN_GAVE_UP).is_some() {
         return mirror(i, content, vec![]);
+    }
+    // A content that says it was taken, without the record of it (removed by hand): taking
+    // it again would replace the copy with the volume as it is now.
+    let status = content.status.as_ref();
+    if status.and_then(|s| s.ready_to_use) == Some(true)
+        || status.and_then(|s| s.snapshot_handle.as_ref()).is_some()
+    {
+        let notice = Notice::warning(
+            format!("record-gone/{uid}"),
+            reasons::CREATION_FAILED,
+            format!(
+                "snapshot {name} was taken, but its record {} is gone: nothing is run (restores from it are refused)",
+                crate::snapshot::record::snapshot_record_name(uid)
+            ),
+        )
+        .action("Snapshot");
+        return plan(SnapshotStep::Ignore, vec![notice]);
     }
     let mine = |j: &&&Job| annotation(&j.metadata, ANN_CONTENT_UID) == Some(content_uid);
     let Some(job) = i
@@ -335,6 +377,7 @@ fn taken(
                 return plan(SnapshotStep::PatchContentStatus(patch), vec![notice]);
             }
             if let Some(p) = snapshot_status_patch(i.snapshot, content) {
+                let p = with_uid(p, i.snapshot.metadata.uid.as_deref().unwrap_or_default());
                 return plan(SnapshotStep::PatchSnapshotStatus(p), vec![notice]);
             }
             if remaining.is_zero() {
@@ -354,6 +397,7 @@ fn mirror(
 ) -> Decision<SnapshotPlan> {
     match snapshot_status_patch(i.snapshot, content) {
         Some(p) => {
+            let p = with_uid(p, i.snapshot.metadata.uid.as_deref().unwrap_or_default());
             let ready = p["status"]["readyToUse"] == json!(true);
             if ready {
                 let uid = i.snapshot.metadata.uid.clone().unwrap_or_default();
@@ -398,7 +442,18 @@ fn error_patch(
         message: Some(message.to_owned()),
         time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at)),
     };
-    Some(json!({"status": {"readyToUse": false, "error": error}}))
+    let uid = content.metadata.uid.as_deref().unwrap_or_default();
+    Some(with_uid(
+        json!({"status": {"readyToUse": false, "error": error}}),
+        uid,
+    ))
+}
+
+/// `patch` made to apply only to the object of this uid (the API server refuses it with a
+/// conflict for another object of the same name).
+fn with_uid(mut patch: Value, uid: &str) -> Value {
+    patch["metadata"] = json!({ "uid": uid });
+    patch
 }
 
 /// No more attempts: the content says why (and stays given up), as does the snapshot.
@@ -409,8 +464,9 @@ fn give_up(
     message: String,
 ) -> Decision<SnapshotPlan> {
     let notice = failed_notice(job, &message);
+    let uid = content.metadata.uid.as_deref().unwrap_or_default();
     let status = error_patch(content, &message, i.now)
-        .unwrap_or_else(|| json!({"status": {"readyToUse": false}}));
+        .unwrap_or_else(|| with_uid(json!({"status": {"readyToUse": false}}), uid));
     let attempt = attempt_of(job).to_string();
     let meta = json!({"metadata": {
         "resourceVersion": content.metadata.resource_version,
@@ -432,7 +488,9 @@ fn start(
     attempt: u32,
     mut notices: Vec<Notice>,
 ) -> Decision<SnapshotPlan> {
-    let Some(read) = &i.volume_record else {
+    // The volume's record, and the snapshot's, read afresh: a record the cache does not
+    // show yet (after a restart) must not have the snapshot taken again.
+    let Some(read) = i.volume_record.as_ref().filter(|_| i.record_read) else {
         return Err(Ask::Record);
     };
     let name = i.snapshot.metadata.name.clone().unwrap_or_default();

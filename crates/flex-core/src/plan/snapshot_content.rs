@@ -17,7 +17,9 @@ use super::{Ask, Decision, Notice, NoticeKind};
 use crate::job::{JobOutcome, attempt_of, outcome, pods_of, report_of};
 use crate::names::{ANN_CONTENT_UID, Action, annotation};
 use crate::snapshot::jobs::{ANN_SNAPSHOT_HANDLE, delete_snapshot_job};
-use crate::snapshot::record::{build_snapshot_record, read_snapshot_record, record_from_job};
+use crate::snapshot::record::{
+    build_snapshot_record, leftover_of, read_snapshot_record, record_from_job,
+};
 use crate::snapshot::report::check_snapshot_report;
 use crate::snapshot::{FINALIZER_CONTENT_BOUND, VolumeSnapshotContent};
 
@@ -29,9 +31,12 @@ pub struct ContentInputs<'a> {
     pub content: &'a VolumeSnapshotContent,
     pub provisioner_name: &'a str,
     /// Whether its VolumeSnapshot (by the uid it is bound to) exists: from the cache, or
-    /// once read from the API server ([`Ask::Snapshot`]).
+    /// once read from the API server ([`Ask::Snapshot`]); and whether it is being deleted.
     pub snapshot_exists: bool,
     pub snapshot_confirmed: bool,
+    pub snapshot_deleting: bool,
+    /// A restore's Job is copying from the content's snapshot.
+    pub restoring: bool,
     /// The snapshot's record (from the API server when `record_read`).
     pub record: Option<&'a ConfigMap>,
     pub record_read: bool,
@@ -114,8 +119,33 @@ pub fn plan_content(i: &ContentInputs<'_>) -> Decision<ContentPlan> {
             Action::of(j.metadata.labels.as_ref().unwrap_or(&Default::default())) == Some(action)
         })
     };
-    // A copy still being made is let finish: what it wrote is deleted with the rest.
-    if of(Action::Snapshot).any(|j| outcome(j, &pods_of(j, &i.pods)) == JobOutcome::Running) {
+    // Deleted while its VolumeSnapshot lives, and not by the snapshot-controller on the
+    // snapshot's deletion: the copy stays (as a CSI snapshotter keeps it) until the
+    // snapshot goes.
+    let released = !i.snapshot_exists
+        || i.snapshot_deleting
+        || annotation(&c.metadata, crate::snapshot::ANN_BEING_DELETED).is_some();
+    if !released {
+        let r = &c.spec.volume_snapshot_ref;
+        let at = format!(
+            "{}/{}",
+            r.namespace.as_deref().unwrap_or_default(),
+            r.name.as_deref().unwrap_or_default()
+        );
+        let notice = Notice::warning(
+            format!("still-used/{uid}"),
+            reasons::DELETE_ERROR,
+            format!(
+                "{name} is deleted while its VolumeSnapshot {at} exists: its copy is kept until the VolumeSnapshot is deleted (delete that instead)"
+            ),
+        )
+        .action("DeleteSnapshot");
+        return plan(ContentStep::Ignore, vec![notice]);
+    }
+    // A copy still being made, or restored from, is let finish.
+    let copying =
+        of(Action::Snapshot).any(|j| outcome(j, &pods_of(j, &i.pods)) == JobOutcome::Running);
+    if copying || i.restoring {
         return plan(ContentStep::Wait(RUNNING_RECHECK), vec![]);
     }
     if !delete {
@@ -140,10 +170,13 @@ pub fn plan_content(i: &ContentInputs<'_>) -> Decision<ContentPlan> {
             let checked = check_snapshot_report(&report, expected).ok()?;
             build_snapshot_record(c, &record_from_job(j, &checked)?)
         });
-        return match taken {
-            Some(record) => plan(ContentStep::WriteRecord(Box::new(record)), vec![]),
-            // Nothing was taken (or nothing this provisioner can vouch for): nothing to
-            // delete.
+        if let Some(record) = taken {
+            return plan(ContentStep::WriteRecord(Box::new(record)), vec![]);
+        }
+        // What an attempt that recorded nothing may have left is removed from the
+        // directory the controller gave it; with no attempt, nothing was taken.
+        return match of(Action::Snapshot).find_map(leftover_of) {
+            Some(left) => delete_copy(i, c, &left, of(Action::DeleteSnapshot).collect()),
             None => plan(ContentStep::Finish(finish(c)), vec![]),
         };
     };
@@ -161,9 +194,20 @@ pub fn plan_content(i: &ContentInputs<'_>) -> Decision<ContentPlan> {
             return plan(ContentStep::Ignore, vec![notice]);
         }
     };
-    let deletes: Vec<&Job> = of(Action::DeleteSnapshot).collect();
+    delete_copy(i, c, &record, of(Action::DeleteSnapshot).collect())
+}
+
+/// Runs delete-snapshot Jobs for `record`'s copy until one succeeds, then drops the
+/// finalizer.
+fn delete_copy(
+    i: &ContentInputs<'_>,
+    c: &VolumeSnapshotContent,
+    record: &crate::snapshot::record::SnapshotRecord,
+    deletes: Vec<&Job>,
+) -> Decision<ContentPlan> {
+    let uid = c.metadata.uid.clone().unwrap_or_default();
     let Some(job) = deletes.iter().copied().max_by_key(|j| attempt_of(j)) else {
-        let job = delete_snapshot_job(&record, c, i.provisioner_name, 1, i.job_ttl_seconds);
+        let job = delete_snapshot_job(record, c, i.provisioner_name, 1, i.job_ttl_seconds);
         return plan(ContentStep::CreateJob(Box::new(job)), vec![]);
     };
     let attempt = attempt_of(job);
@@ -198,7 +242,7 @@ pub fn plan_content(i: &ContentInputs<'_>) -> Decision<ContentPlan> {
             .action("DeleteSnapshot");
             if remaining.is_zero() {
                 let job = delete_snapshot_job(
-                    &record,
+                    record,
                     c,
                     i.provisioner_name,
                     attempt + 1,

@@ -128,6 +128,30 @@ pub fn record_from_job(
     })
 }
 
+/// What a snapshot Job that recorded nothing (a refused report, a failed or given-up
+/// attempt) may have left in its snapshot's directory, to be removed as a taken snapshot is:
+/// the directory and recipe the controller put in the Job, never what its image reported.
+pub fn leftover_of(job: &k8s_openapi::api::batch::v1::Job) -> Option<SnapshotRecord> {
+    use crate::names::{ANN_SNAPSHOT, annotation, label};
+    use crate::recipe::{env_of, recipe_of};
+    let snapshot = annotation(&job.metadata, ANN_SNAPSHOT)?.split_once('/')?;
+    let uid = label(&job.metadata, LABEL_SNAPSHOT_UID)?;
+    let recipe = recipe_of(job, super::jobs::ANN_DELETE_SNAPSHOT_SPEC)?;
+    let directory = crate::isolation::snapshot_directory(snapshot.0, uid);
+    let handle = annotation(&job.metadata, super::jobs::ANN_SNAPSHOT_HANDLE)
+        .map_or_else(|| directory.clone(), str::to_owned);
+    Some(SnapshotRecord {
+        snapshot: (snapshot.0.to_owned(), snapshot.1.to_owned()),
+        snapshot_uid: uid.to_owned(),
+        source_pv: serde_json::from_str(&env_of(job, "PV_JSON")?).ok()?,
+        handle,
+        restore_size: 0,
+        taken_at: jiff::Timestamp::default(),
+        recipe,
+        parameters: serde_json::from_str(&env_of(job, "PARAMETERS")?).ok()?,
+    })
+}
+
 /// Why a snapshot's record cannot be used; `Display` is the text told on the snapshot.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SnapshotRecordError {
@@ -163,15 +187,23 @@ pub fn read_snapshot_record(
         .split_once('/')
         .map(|(ns, n)| (ns.to_owned(), n.to_owned()))
         .ok_or_else(|| invalid("no snapshot namespace/name"))?;
-    let recipe = serde_json::from_str(&get(KEY_RECIPE))
+    let recipe: JobRecipe = serde_json::from_str(&get(KEY_RECIPE))
         .map_err(|e| invalid(&format!("its delete recipe: {e}")))?;
     let handle = get(KEY_HANDLE);
     if handle.is_empty() {
         return Err(invalid("no snapshot handle"));
     }
+    let snapshot_uid = get(KEY_SNAPSHOT_UID);
+    // A delete runs in the snapshot's own directory, never one a record was edited to name.
+    let own = crate::isolation::snapshot_directory(&snapshot.0, &snapshot_uid);
+    if recipe.volume.as_ref().is_some_and(|v| v.directory != own) {
+        return Err(invalid(
+            "its delete recipe names another directory than the snapshot's",
+        ));
+    }
     Ok(SnapshotRecord {
         snapshot,
-        snapshot_uid: get(KEY_SNAPSHOT_UID),
+        snapshot_uid,
         source_pv: serde_json::from_str(&get(KEY_SOURCE_VOLUME))
             .map_err(|e| invalid(&format!("its source volume: {e}")))?,
         handle,

@@ -15,6 +15,7 @@ use flex_core::snapshot::{VolumeSnapshot, VolumeSnapshotClass, VolumeSnapshotCon
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
+use std::path::PathBuf;
 
 const SNAPSHOT_CLASS: &str = "flex-snapshots";
 
@@ -45,8 +46,9 @@ async fn take(sb: &Cluster, name: &str, claim: &str) {
         .unwrap();
 }
 
-/// A claim restored from snapshot `from`, with a pod on `node` that waits for it to bind.
-async fn restore(sb: &Cluster, name: &str, class: &str, from: &str, node: &str) {
+/// A claim restored from snapshot `from`, with a pod (on `node`, where the copy is) that
+/// waits for it to bind.
+async fn restore(sb: &Cluster, name: &str, class: &str, from: &str, node: Option<&str>) {
     let mut c = claim_object(name, class);
     c.spec.as_mut().unwrap().data_source = Some(
         serde_json::from_value(json!({"apiGroup": "snapshot.storage.k8s.io",
@@ -60,7 +62,7 @@ async fn restore(sb: &Cluster, name: &str, class: &str, from: &str, node: &str) 
     create_pod(
         sb,
         json!({"metadata": {"name": format!("{name}-user")}, "spec": {"restartPolicy": "Never",
-        "nodeSelector": {"kubernetes.io/hostname": node},
+        "nodeSelector": node.map(|n| json!({"kubernetes.io/hostname": n})),
         "containers": [{"name": "w", "image": "demo-writer", "volumeMounts": [{"name": "d", "mountPath": "/data"}]}],
         "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": name}}]}}),
     )
@@ -89,14 +91,26 @@ async fn written(
     (claim, pv)
 }
 
-fn node_of(pv: &PersistentVolume) -> String {
-    let terms = &pv.spec.as_ref().unwrap().node_affinity.as_ref().unwrap();
+/// The node a volume is pinned to, if any.
+fn node_of(pv: &PersistentVolume) -> Option<String> {
+    let terms = pv.spec.as_ref()?.node_affinity.as_ref()?;
     let term = &terms.required.as_ref().unwrap().node_selector_terms[0];
-    term.match_expressions.as_ref().unwrap()[0]
-        .values
-        .as_ref()
-        .unwrap()[0]
-        .clone()
+    let values = term.match_expressions.as_ref()?[0].values.as_ref()?;
+    values.first().cloned()
+}
+
+/// Where a volume's directory and the copy of its snapshot `uid` are, as the test sees the
+/// node's or the export's files.
+fn dirs(sb: &Cluster, pv: &PersistentVolume, uid: &str) -> (PathBuf, PathBuf) {
+    let copy = format!(".snapshots/default/{uid}");
+    if let Some(nfs) = &pv.spec.as_ref().unwrap().nfs {
+        let export = sb.nfs_dir(&nfs.server, "/exports/k8s");
+        let volume = export.join(nfs.path.strip_prefix("/exports/k8s/").unwrap());
+        return (volume, export.join(copy));
+    }
+    let volume = storage_dir(sb, pv);
+    let base = volume.parent().unwrap().parent().unwrap().to_owned();
+    (volume, base.join(copy))
 }
 
 async fn ready(sb: &Cluster, name: &str) -> VolumeSnapshot {
@@ -113,26 +127,32 @@ async fn ready(sb: &Cluster, name: &str) -> VolumeSnapshot {
 /// what was written after; deleting the snapshot removes its copy, its content and itself.
 #[tokio::test]
 async fn a_hostpath_snapshot_is_taken_restored_and_deleted() {
-    taken_restored_and_deleted(true).await;
+    taken_restored_and_deleted("configmaps/hostpath.yaml", "local-hostpath", true).await;
 }
 
 /// The same with the CRDs alone: the controller writes the snapshot's status and deletes
 /// the content of a deleted snapshot itself.
 #[tokio::test]
 async fn without_the_snapshot_controller_a_snapshot_is_taken_restored_and_deleted() {
-    taken_restored_and_deleted(false).await;
+    taken_restored_and_deleted("configmaps/hostpath.yaml", "local-hostpath", false).await;
 }
 
-async fn taken_restored_and_deleted(with_snapshot_controller: bool) {
+/// The same with the shipped nfs-subdir class: the copy is in the export's `.snapshots`.
+#[tokio::test]
+async fn an_nfs_subdir_snapshot_is_taken_restored_and_deleted() {
+    taken_restored_and_deleted("configmaps/nfs-subdir.yaml", "nfs-shared", true).await;
+}
+
+async fn taken_restored_and_deleted(example: &str, class: &str, with_snapshot_controller: bool) {
     common::at_root();
     let sb = sandbox().await;
     let served = sb.serve_snapshots(with_snapshot_controller).await;
-    let (sb, _c) = with_examples_on(sb, &["configmaps/hostpath.yaml"]).await;
-    let (_, pv) = written(&sb, "data", "local-hostpath").await;
+    let (sb, _c) = with_examples_on(sb, &[example]).await;
+    let (_, pv) = written(&sb, "data", class).await;
     let node = node_of(&pv);
     if !served {
         // The sandbox serves no snapshot API: a restore says so and runs nothing.
-        restore(&sb, "restored", "local-hostpath", "before", &node).await;
+        restore(&sb, "restored", class, "before", node.as_deref()).await;
         let needle = "serves no kind VolumeSnapshot in group snapshot.storage.k8s.io";
         wait_event(&sb, "restored", "ProvisioningFailed", needle, 60).await;
         let restores = jobs_of(&sb, "provision").await.len();
@@ -149,24 +169,18 @@ async fn taken_restored_and_deleted(with_snapshot_controller: bool) {
         Some(format!("snapcontent-{uid}").as_str())
     );
     assert_eq!(status.restore_size.unwrap().0, "1Gi");
-    let volume = storage_dir(&sb, &pv);
-    let copy = volume
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join(format!(".snapshots/default/{uid}"));
+    let (volume, copy) = dirs(&sb, &pv, &uid);
     assert!(copy.join("hello.txt").is_file(), "{}", copy.display());
     // Written after the snapshot: not in it.
     std::fs::write(volume.join("after.txt"), "after").unwrap();
 
-    restore(&sb, "restored", "local-hostpath", "before", &node).await;
+    restore(&sb, "restored", class, "before", node.as_deref()).await;
     let restored = bound(&sb, "restored", 180).await;
     let restored_pv = Api::<PersistentVolume>::all(sb.client().unwrap())
         .get(&restored.spec.unwrap().volume_name.unwrap())
         .await
         .unwrap();
-    let dir = storage_dir(&sb, &restored_pv);
+    let (dir, _) = dirs(&sb, &restored_pv, &uid);
     let text = std::fs::read_to_string(dir.join("hello.txt")).unwrap();
     assert!(text.starts_with("written by data-writer"), "{text}");
     assert!(
@@ -242,6 +256,20 @@ async fn a_snapshot_whose_job_fails_shows_the_images_message() {
     )
     .await;
     assert!(told.contains("no new attempt is made"), "{told}");
+    // Given up for good: recorded on the content, so no attempt follows, even once the
+    // Job expires.
+    let uid = snapshots.get("doomed").await.unwrap().metadata.uid.unwrap();
+    let content = Api::<VolumeSnapshotContent>::all(sb.client().unwrap())
+        .get(&format!("snapcontent-{uid}"))
+        .await
+        .unwrap();
+    let gave_up = content.metadata.annotations.unwrap_or_default();
+    assert_eq!(
+        gave_up
+            .get(flex_core::plan::snapshot::ANN_GAVE_UP)
+            .map(String::as_str),
+        Some("1")
+    );
     let attempts = jobs_of(&sb, "snapshot").await;
     assert_eq!(attempts.len(), 1, "a permanent failure is not retried");
     assert!(

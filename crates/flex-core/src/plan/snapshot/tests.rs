@@ -100,6 +100,7 @@ fn decide(w: &World) -> Decision<SnapshotPlan> {
         content_unseen: false,
         volume_record: w.volume_record.clone(),
         record: w.record.as_ref(),
+        record_read: w.volume_record.is_some(),
         jobs: w.jobs.iter().collect(),
         pods: w.pods.iter().collect(),
         retry_base: Duration::from_secs(10),
@@ -474,4 +475,69 @@ fn a_deleted_or_static_snapshot_is_its_contents_business() {
         }),
         SnapshotStep::Ignore
     );
+}
+
+#[test]
+fn a_snapshot_once_taken_is_never_taken_again() {
+    // Its content deleted by hand: no new content.
+    let mut bound = snapshot();
+    bound.status = Some(
+        serde_json::from_value(json!({"boundVolumeSnapshotContentName": "snapcontent-9f1c"}))
+            .unwrap(),
+    );
+    let p = decide(&World {
+        snapshot: bound,
+        ..world()
+    })
+    .unwrap();
+    assert_eq!(p.step, SnapshotStep::Ignore);
+    assert_eq!(p.notices[0].reason, reasons::CONTENT_MISSING);
+    // Its content says it was taken, its record is gone: no Job.
+    let mut taken = content();
+    taken.status = Some(VolumeSnapshotContentStatus {
+        ready_to_use: Some(true),
+        snapshot_handle: Some("/var/flex/.snapshots/team/9f1c".into()),
+        ..Default::default()
+    });
+    let w = World {
+        content: Some(taken),
+        volume_record: Some(Ok(volume_record())),
+        ..world()
+    };
+    let p = decide(&w).unwrap();
+    assert_eq!(p.step, SnapshotStep::Ignore);
+    assert!(
+        p.notices[0]
+            .message
+            .contains("record flex-snapshot-9f1c is gone")
+    );
+    // A content being deleted starts nothing.
+    let mut deleting = content();
+    deleting.metadata.deletion_timestamp = Some(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
+    );
+    let w = World {
+        content: Some(deleting),
+        volume_record: Some(Ok(volume_record())),
+        ..world()
+    };
+    assert_eq!(step(&w), SnapshotStep::Ignore);
+}
+
+#[test]
+fn status_writes_apply_only_to_the_objects_they_were_decided_for() {
+    let failed = job(
+        json!({"failed": 1, "conditions": [{"type": "Failed", "status": "True",
+        "reason": "BackoffLimitExceeded", "lastTransitionTime": "2026-11-28T21:08:00Z"}]}),
+    );
+    let w = World {
+        content: Some(content()),
+        pods: vec![pod_of(&failed, "Failed", 1, "busy")],
+        jobs: vec![failed],
+        ..world()
+    };
+    let SnapshotStep::PatchContentStatus(patch) = step(&w) else {
+        panic!()
+    };
+    assert_eq!(patch["metadata"]["uid"], "content-u");
 }

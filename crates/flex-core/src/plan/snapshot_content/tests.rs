@@ -49,6 +49,8 @@ struct World {
     content: VolumeSnapshotContent,
     snapshot_exists: bool,
     snapshot_confirmed: bool,
+    snapshot_deleting: bool,
+    restoring: bool,
     record: Option<ConfigMap>,
     record_read: bool,
     jobs: Vec<Job>,
@@ -59,6 +61,8 @@ fn world(c: VolumeSnapshotContent) -> World {
         content: c,
         snapshot_exists: false,
         snapshot_confirmed: false,
+        snapshot_deleting: false,
+        restoring: false,
         record: None,
         record_read: false,
         jobs: vec![],
@@ -71,6 +75,8 @@ fn decide(w: &World) -> Decision<ContentPlan> {
         provisioner_name: ME,
         snapshot_exists: w.snapshot_exists,
         snapshot_confirmed: w.snapshot_confirmed,
+        snapshot_deleting: w.snapshot_deleting,
+        restoring: w.restoring,
         record: w.record.as_ref(),
         record_read: w.record_read,
         jobs: w.jobs.iter().collect(),
@@ -207,4 +213,109 @@ fn retain_finishes_without_a_job_and_a_running_copy_is_waited_for() {
     let mut w = world(c);
     w.jobs = vec![snapshot_job];
     assert_eq!(step(&w), ContentStep::Wait(RUNNING_RECHECK));
+}
+
+#[test]
+fn a_content_deleted_while_its_snapshot_lives_keeps_its_copy() {
+    let c = content("Delete", true);
+    let mut w = world(c.clone());
+    w.snapshot_exists = true;
+    let p = decide(&w).unwrap();
+    assert_eq!(p.step, ContentStep::Ignore);
+    assert!(
+        p.notices[0].message.contains("delete that instead"),
+        "{}",
+        p.notices[0].message
+    );
+    // The snapshot-controller's mark, or the snapshot's own deletion, releases it.
+    let mut marked = c.clone();
+    marked.metadata.annotations = Some(BTreeMap::from([(
+        crate::snapshot::ANN_BEING_DELETED.into(),
+        "yes".into(),
+    )]));
+    let mut w2 = world(marked);
+    w2.snapshot_exists = true;
+    assert_eq!(decide(&w2), Err(Ask::Record));
+    w.snapshot_deleting = true;
+    assert_eq!(decide(&w), Err(Ask::Record));
+}
+
+#[test]
+fn a_copy_being_restored_from_is_kept_until_the_restore_ends() {
+    let c = content("Delete", true);
+    let mut w = world(c.clone());
+    w.record_read = true;
+    w.record = Some(record_of(&c));
+    w.restoring = true;
+    assert_eq!(step(&w), ContentStep::Wait(RUNNING_RECHECK));
+}
+
+#[test]
+fn what_an_attempt_that_recorded_nothing_left_is_removed() {
+    let c = content("Delete", true);
+    // The snapshot Job the take plan would have run, failed for good.
+    let snapshot: crate::snapshot::VolumeSnapshot = serde_json::from_value(json!({
+        "metadata": {"name": "before", "namespace": "team", "uid": "9f1c"},
+        "spec": {"source": {"persistentVolumeClaimName": "data"}}
+    }))
+    .unwrap();
+    let class: crate::snapshot::VolumeSnapshotClass = serde_json::from_value(
+        json!({"metadata": {"name": "flex"}, "driver": ME, "deletionPolicy": "Delete"}),
+    )
+    .unwrap();
+    let pv = serde_json::from_value(json!({"metadata": {"name": "pvc-c1", "uid": "pv-u"},
+        "spec": {"capacity": {"storage": "1Gi"}}}))
+    .unwrap();
+    let volume = crate::record::Record {
+        recipe: serde_json::from_value(json!({
+            "namespace": "cfg", "config": "cfg/hostpath", "image": "hostpath:1",
+            "timeoutSeconds": 60, "retries": 0, "permanentExitCodes": [2],
+            "podTemplate": {"spec": {
+                "volumes": [{"name": "base", "hostPath": {"path": "/var/flex"}}],
+                "containers": [{"name": "provisioner",
+                    "volumeMounts": [{"name": "base", "mountPath": "/var/flex"}]}]}},
+            "volume": {"base": "base", "directory": "team/data-c1"}}))
+        .unwrap(),
+        expand: None,
+        parameters: BTreeMap::new(),
+    };
+    let taken = crate::snapshot::jobs::snapshot_job(crate::snapshot::jobs::SnapshotJob {
+        snapshot: &snapshot,
+        content: &c,
+        class: &class,
+        pv: &pv,
+        volume: &volume,
+        provisioner_name: ME,
+        attempt: 1,
+        ttl_seconds: 60,
+    });
+    let failed = with_status(
+        taken,
+        json!({"failed": 1, "conditions": [{"type": "Failed",
+        "status": "True", "reason": "PodFailurePolicy"}]}),
+    );
+    let mut w = world(c);
+    w.record_read = true;
+    w.jobs = vec![failed];
+    let ContentStep::CreateJob(job) = step(&w) else {
+        panic!("the leftovers stay")
+    };
+    let env = &job.spec.unwrap().template.spec.unwrap().containers[0]
+        .env
+        .clone()
+        .unwrap();
+    let var = |n: &str| {
+        env.iter()
+            .find(|e| e.name == n)
+            .and_then(|e| e.value.clone())
+    };
+    assert_eq!(var("ACTION").as_deref(), Some("delete-snapshot"));
+    assert_eq!(
+        var("VOLUME_DIRECTORY").as_deref(),
+        Some(".snapshots/team/9f1c")
+    );
+    assert_eq!(
+        var("SNAPSHOT_HANDLE").as_deref(),
+        Some("/var/flex/.snapshots/team/9f1c")
+    );
 }
