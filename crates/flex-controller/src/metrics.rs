@@ -1,5 +1,5 @@
-//! Prometheus metrics: the sig-storage library's names (so existing dashboards work) and our
-//! own under `flex_provisioner_`. Labels are bounded: class names and error categories,
+//! Prometheus metrics: the sig-storage library's names and the CSI snapshotter's (so
+//! existing dashboards work), and our own under `flex_provisioner_`. Labels are bounded: class names and error categories,
 //! never object names or messages.
 
 use flex_core::names::{ANN_STORAGE_CLASS, LABEL_ACTION, annotation, label};
@@ -19,6 +19,10 @@ pub struct Metrics {
     pub config_errors_total: IntCounterVec,
     pub reconcile_errors_total: IntCounterVec,
     pub reconciles_total: IntCounterVec,
+    pub snapshot_calls: HistogramVec,
+    /// The `driver_name` of `snapshot_calls`: the provisioner's name, which snapshot classes
+    /// name as their driver.
+    driver: String,
 }
 
 fn registered<T: prometheus::core::Collector + Clone + 'static>(registry: &Registry, m: T) -> T {
@@ -40,8 +44,24 @@ fn histogram(registry: &Registry, name: &str, help: &str) -> HistogramVec {
     registered(registry, h)
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
+/// The CSI snapshotter's operation histogram, with its buckets (csi-lib-utils), so its
+/// dashboards and alerts read ours.
+fn snapshot_calls(registry: &Registry) -> HistogramVec {
+    let buckets = vec![
+        0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 25.0, 50.0, 120.0, 300.0, 600.0,
+    ];
+    let help = "Snapshot and delete-snapshot Jobs, as the CSI snapshotter's calls, by gRPC status";
+    let opts = HistogramOpts::new("csi_sidecar_operations_seconds", help).buckets(buckets);
+    let labels = ["driver_name", "method_name", "grpc_status_code"];
+    registered(
+        registry,
+        HistogramVec::new(opts, &labels).expect("valid metric"),
+    )
+}
+
+impl Metrics {
+    /// The metrics of the provisioner called `driver`.
+    pub fn new(driver: &str) -> Self {
         let registry = Registry::new();
         let help = "Provisioning and deprovisioning Jobs running now";
         let active_jobs = IntGaugeVec::new(
@@ -103,6 +123,8 @@ impl Default for Metrics {
                 &["object"],
             ),
             active_jobs,
+            snapshot_calls: snapshot_calls(&registry),
+            driver: driver.to_owned(),
             registry,
         }
     }
@@ -117,7 +139,7 @@ fn seconds_since(since: jiff::Timestamp) -> f64 {
 /// Every metric moves here, through these methods.
 impl Metrics {
     /// A notice told for the first time, counted by its kind; a success is also timed from
-    /// `created` (the claim's creation). Timed before counted, and both before the event
+    /// `created` (the claim's creation), a snapshot Job's end from the Job's creation. Timed before counted, and both before the event
     /// is published: a scrape that sees the count sees its duration too.
     pub fn count_notice(&self, kind: NoticeKind, class: &str, created: Option<jiff::Timestamp>) {
         let counter = match kind {
@@ -130,6 +152,14 @@ impl Metrics {
             }
             NoticeKind::ProvisionFailed => &self.provision_failed_total,
             NoticeKind::DeleteFailed => &self.delete_failed_total,
+            NoticeKind::SnapshotCall(call) => {
+                let labels = [self.driver.as_str(), call.method(), call.status.grpc_code()];
+                if let Some(t) = call.started {
+                    let seconds = self.snapshot_calls.with_label_values(&labels);
+                    seconds.observe(seconds_since(t));
+                }
+                return;
+            }
             NoticeKind::Other => return,
         };
         counter.with_label_values(&[class]).inc();
@@ -184,5 +214,53 @@ impl Metrics {
         let encoder = prometheus::TextEncoder::new();
         let _ = encoder.encode_utf8(&self.registry.gather(), &mut out);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flex_core::plan::snapshot_call::{CallStatus, SnapshotCall};
+
+    #[test]
+    fn a_snapshot_jobs_end_is_the_csi_snapshotters_series() {
+        let m = Metrics::new("flex.example.com/hostpath");
+        let started = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(3);
+        let call = |delete, status| {
+            NoticeKind::SnapshotCall(SnapshotCall {
+                delete,
+                status,
+                started: Some(started),
+            })
+        };
+        m.count_notice(call(false, CallStatus::Ok), "fast", None);
+        m.count_notice(call(false, CallStatus::DeadlineExceeded), "fast", None);
+        m.count_notice(call(true, CallStatus::Ok), "", None);
+        let text = m.render();
+        let series = |method: &str, code: &str| {
+            format!(
+                "csi_sidecar_operations_seconds_count{{driver_name=\"flex.example.com/hostpath\",grpc_status_code=\"{code}\",method_name=\"/csi.v1.Controller/{method}\"}} 1"
+            )
+        };
+        for (method, code) in [
+            ("CreateSnapshot", "OK"),
+            ("CreateSnapshot", "DeadlineExceeded"),
+            ("DeleteSnapshot", "OK"),
+        ] {
+            assert!(
+                text.contains(&series(method, code)),
+                "{method} {code}:\n{text}"
+            );
+        }
+        // Timed from the Job's creation: three seconds ago falls in the 5 s bucket, not 2.5.
+        let bucket = |le: &str| {
+            format!(
+                "csi_sidecar_operations_seconds_bucket{{driver_name=\"flex.example.com/hostpath\",grpc_status_code=\"OK\",method_name=\"/csi.v1.Controller/CreateSnapshot\",le=\"{le}\"}}"
+            )
+        };
+        assert!(text.contains(&format!("{} 0", bucket("2.5"))), "{text}");
+        assert!(text.contains(&format!("{} 1", bucket("5"))), "{text}");
+        // Not a provisioning count.
+        assert!(!text.contains("controller_persistentvolumeclaim_provision_total{"));
     }
 }

@@ -601,6 +601,8 @@ pub struct Failure {
     pub message: String,
     /// When it failed (the Failed condition's transition time).
     pub at: Option<jiff::Timestamp>,
+    /// It ran past its timeout (`activeDeadlineSeconds`).
+    pub timed_out: bool,
 }
 
 /// What a failed pod left: `exit code N`, and its termination message, trimmed, if any.
@@ -651,6 +653,7 @@ pub fn outcome(job: &Job, pods: &[&Pod]) -> JobOutcome {
         permanent: reason == "PodFailurePolicy",
         message,
         at: failed.last_transition_time.as_ref().map(|t| t.0),
+        timed_out: reason == "DeadlineExceeded",
     })
 }
 

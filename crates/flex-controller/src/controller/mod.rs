@@ -153,7 +153,7 @@ pub async fn run_until(
 /// stands by for the Lease after passing its start checks.
 pub async fn run(client: Client, opts: Options) -> crate::Result<()> {
     let opts_addr = opts.metrics_addr;
-    let metrics = Arc::new(crate::metrics::Metrics::default());
+    let metrics = Arc::new(crate::metrics::Metrics::new(&opts.provisioner_name));
     let health = Arc::new(crate::http::Health::default());
     let serving = {
         let (health, metrics) = (health.clone(), metrics.clone());

@@ -1003,6 +1003,7 @@ impl<'i, 'a> Judging<'i, 'a> {
                     "the provisioner Job {job_name} succeeded, but {why}; no PersistentVolume is created (storage the image made may need cleaning up by an admin)"
                 ),
                 at,
+                timed_out: false,
             }),
         }
     }
@@ -1114,6 +1115,7 @@ fn transient(message: String, at: Option<jiff::Timestamp>) -> Failure {
         permanent: false,
         message,
         at,
+        timed_out: false,
     }
 }
 

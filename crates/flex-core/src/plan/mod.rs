@@ -6,6 +6,7 @@ pub mod expand;
 pub mod orphan;
 pub mod retry;
 pub mod snapshot;
+pub mod snapshot_call;
 pub mod snapshot_content;
 pub mod volume;
 
@@ -51,6 +52,8 @@ pub enum NoticeKind {
     ProvisionFailed,
     /// A deprovision attempt failed (`delete_failed_total`).
     DeleteFailed,
+    /// A snapshot or delete-snapshot Job ended (`csi_sidecar_operations_seconds`).
+    SnapshotCall(snapshot_call::SnapshotCall),
     /// Progress, or a problem of the claim, its class or a pod: counted by no metric.
     #[default]
     Other,

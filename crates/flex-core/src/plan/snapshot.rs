@@ -11,7 +11,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeCl
 use serde_json::{Value, json};
 
 use super::retry::{delay_after, wait_remaining};
-use super::{Ask, Decision, Notice};
+use super::snapshot_call::{CallStatus, SnapshotCall};
+use super::{Ask, Decision, Notice, NoticeKind};
 use crate::job::{JobOutcome, attempt_of, outcome, pods_of, report_of};
 use crate::names::{ANN_CONTENT_UID, LABEL_MANAGED_BY, MANAGED_BY_VALUE, annotation};
 use crate::record::{Record, RecordError};
@@ -39,6 +40,7 @@ pub const BLOCKED_RECHECK: Duration = Duration::from_secs(30);
 /// CSI snapshotter's, which users of snapshots know.
 pub mod reasons {
     pub const CREATING: &str = "CreatingSnapshot";
+    pub const CREATED: &str = "SnapshotCreated";
     pub const CREATION_FAILED: &str = "SnapshotCreationFailed";
     pub const CONTENT_CREATION_FAILED: &str = "SnapshotContentCreationFailed";
     pub const CONTENT_MISMATCH: &str = "SnapshotContentMismatch";
@@ -334,11 +336,27 @@ fn taken(
                     .ok_or_else(|| "its Job lacks what the controller put in it".to_owned())
             });
             match record {
-                Ok(cm) => plan(SnapshotStep::WriteRecord(Box::new(cm)), vec![]),
+                Ok(cm) => {
+                    let name = i.snapshot.metadata.name.clone().unwrap_or_default();
+                    let job_uid = job.metadata.uid.clone().unwrap_or_default();
+                    let notice = Notice::normal(
+                        format!("taken/{job_uid}"),
+                        reasons::CREATED,
+                        format!(
+                            "snapshot {name} was taken by Job {}",
+                            job.metadata.name.clone().unwrap_or_default()
+                        ),
+                    )
+                    .about(job)
+                    .counted_as(call(job, CallStatus::Ok))
+                    .action("Snapshot");
+                    plan(SnapshotStep::WriteRecord(Box::new(cm)), vec![notice])
+                }
                 Err(why) => give_up(
                     i,
                     content,
                     job,
+                    CallStatus::InvalidArgument,
                     format!(
                         "the snapshot Job {} succeeded, but {why}; the snapshot is not used and nothing is deleted on its word (an admin may need to remove what the image made)",
                         job.metadata.name.clone().unwrap_or_default()
@@ -358,6 +376,7 @@ fn taken(
                     i,
                     content,
                     job,
+                    CallStatus::of_failure(&f),
                     format!(
                         "snapshot attempt {attempt} ({job_name}) failed: {}; this was {why}, so no new attempt is made",
                         f.message
@@ -372,7 +391,7 @@ fn taken(
                 attempt + 1,
                 wait.as_secs()
             );
-            let notice = failed_notice(job, &message);
+            let notice = failed_notice(job, &message, CallStatus::of_failure(&f));
             if let Some(patch) = error_patch(content, &message, f.at.unwrap_or(i.now)) {
                 return plan(SnapshotStep::PatchContentStatus(patch), vec![notice]);
             }
@@ -417,7 +436,12 @@ fn mirror(
     }
 }
 
-fn failed_notice(job: &Job, message: &str) -> Notice {
+/// What a snapshot Job's end counts as in the metrics.
+fn call(job: &Job, status: CallStatus) -> NoticeKind {
+    NoticeKind::SnapshotCall(SnapshotCall::of(job, false, status))
+}
+
+fn failed_notice(job: &Job, message: &str, status: CallStatus) -> Notice {
     let uid = job.metadata.uid.clone().unwrap_or_default();
     Notice::warning(
         format!("snapshot-failed/{uid}"),
@@ -425,6 +449,7 @@ fn failed_notice(job: &Job, message: &str) -> Notice {
         message,
     )
     .about(job)
+    .counted_as(call(job, status))
     .action("Snapshot")
 }
 
@@ -461,9 +486,10 @@ fn give_up(
     i: &SnapshotInputs<'_>,
     content: &VolumeSnapshotContent,
     job: &Job,
+    status: CallStatus,
     message: String,
 ) -> Decision<SnapshotPlan> {
-    let notice = failed_notice(job, &message);
+    let notice = failed_notice(job, &message, status);
     let uid = content.metadata.uid.as_deref().unwrap_or_default();
     let status = error_patch(content, &message, i.now)
         .unwrap_or_else(|| with_uid(json!({"status": {"readyToUse": false}}), uid));

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use super::retry::{delay_after, wait_remaining};
 use super::snapshot::reasons;
+use super::snapshot_call::{CallStatus, SnapshotCall};
 use super::{Ask, Decision, Notice, NoticeKind};
 use crate::job::{JobOutcome, attempt_of, outcome, pods_of, report_of};
 use crate::names::{ANN_CONTENT_UID, Action, annotation};
@@ -197,6 +198,11 @@ pub fn plan_content(i: &ContentInputs<'_>) -> Decision<ContentPlan> {
     delete_copy(i, c, &record, of(Action::DeleteSnapshot).collect())
 }
 
+/// What a delete-snapshot Job's end counts as in the metrics.
+fn deleted(job: &Job, status: CallStatus) -> NoticeKind {
+    NoticeKind::SnapshotCall(SnapshotCall::of(job, true, status))
+}
+
 /// Runs delete-snapshot Jobs for `record`'s copy until one succeeds, then drops the
 /// finalizer.
 fn delete_copy(
@@ -219,6 +225,8 @@ fn delete_copy(
                 reasons::DELETED,
                 format!("the snapshot's copy {} is deleted", record.handle),
             )
+            .about(job)
+            .counted_as(deleted(job, CallStatus::Ok))
             .action("DeleteSnapshot");
             plan(ContentStep::Finish(finish(c)), vec![notice])
         }
@@ -238,7 +246,7 @@ fn delete_copy(
                 ),
             )
             .about(job)
-            .counted_as(NoticeKind::Other)
+            .counted_as(deleted(job, CallStatus::of_failure(&f)))
             .action("DeleteSnapshot");
             if remaining.is_zero() {
                 let job = delete_snapshot_job(

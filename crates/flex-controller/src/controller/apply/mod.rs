@@ -314,7 +314,11 @@ mod tests {
             controller: "flex-provisioner".into(),
             instance: Some("test".into()),
         };
-        Applier::new(client, reporter, Default::default())
+        Applier::new(
+            client,
+            reporter,
+            std::sync::Arc::new(crate::metrics::Metrics::new("test")),
+        )
     }
 
     fn status(code: u16, reason: &str) -> Response<Body> {

@@ -294,9 +294,14 @@ fn a_checked_report_is_recorded_then_the_content_and_snapshot_are_ready() {
         jobs: vec![done],
         ..world()
     };
-    let SnapshotStep::WriteRecord(record) = step(&w) else {
+    let p = decide(&w).unwrap();
+    let SnapshotStep::WriteRecord(record) = p.step else {
         panic!("no record")
     };
+    // Told once, and counted as the CSI snapshotter counts a CreateSnapshot that succeeded.
+    assert_eq!(p.notices[0].reason, reasons::CREATED);
+    assert_eq!(p.notices[0].key, "taken/job-u");
+    assert_eq!(p.notices[0].kind, counted(false, CallStatus::Ok));
     let content_ready = {
         let mut c = content();
         c.status = Some(VolumeSnapshotContentStatus {
@@ -350,6 +355,10 @@ fn a_report_naming_another_directory_gives_up_and_records_nothing() {
     };
     assert_eq!(content["metadata"]["annotations"][ANN_GAVE_UP], "1");
     assert_eq!(content["metadata"]["resourceVersion"], "7");
+    assert_eq!(
+        p.notices[0].kind,
+        counted(false, CallStatus::InvalidArgument)
+    );
     let message = status["status"]["error"]["message"].as_str().unwrap();
     assert!(
         message.contains("only the snapshot it was given"),
@@ -381,6 +390,7 @@ fn a_failed_attempt_tells_the_images_message_and_retries_a_permanent_one_gives_u
     );
     assert!(message.contains("attempt 2 starts in 10s"), "{message}");
     assert_eq!(p.notices[0].reason, reasons::CREATION_FAILED);
+    assert_eq!(p.notices[0].kind, counted(false, CallStatus::Unknown));
     // Once the content says so, the snapshot is told, then attempt 2 starts when due.
     let mut told = content();
     told.status = Some(VolumeSnapshotContentStatus {
@@ -432,13 +442,34 @@ fn a_failed_attempt_tells_the_images_message_and_retries_a_permanent_one_gives_u
         jobs: vec![permanent],
         ..world()
     };
-    let SnapshotStep::GiveUp { status, .. } = step(&w) else {
+    let p = decide(&w).unwrap();
+    let SnapshotStep::GiveUp { status, .. } = p.step else {
         panic!()
     };
     let message = status["status"]["error"]["message"].as_str().unwrap();
     assert!(
         message.contains("exit code 2: quota exceeded on /var/flex"),
         "{message}"
+    );
+    assert_eq!(
+        p.notices[0].kind,
+        counted(false, CallStatus::InvalidArgument)
+    );
+    // Past its timeout: DeadlineExceeded, whatever else failed it.
+    let mut late = w.jobs[0].clone();
+    late.status = Some(
+        serde_json::from_value(json!({"failed": 1, "conditions": [
+        {"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}]}))
+        .unwrap(),
+    );
+    let w = World {
+        jobs: vec![late],
+        ..w
+    };
+    let p = decide(&w).unwrap();
+    assert_eq!(
+        p.notices[0].kind,
+        counted(false, CallStatus::DeadlineExceeded)
     );
     // Given up: after its Jobs expired, nothing new starts.
     let mut gave_up = content();
@@ -540,4 +571,13 @@ fn status_writes_apply_only_to_the_objects_they_were_decided_for() {
         panic!()
     };
     assert_eq!(patch["metadata"]["uid"], "content-u");
+}
+
+/// A snapshot Job's end as the metrics count it (the Jobs here carry no creation time).
+fn counted(delete: bool, status: CallStatus) -> crate::plan::NoticeKind {
+    crate::plan::NoticeKind::SnapshotCall(SnapshotCall {
+        delete,
+        status,
+        started: None,
+    })
 }

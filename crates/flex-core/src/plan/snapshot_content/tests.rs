@@ -138,9 +138,18 @@ fn delete_runs_the_recorded_recipe_only_after_reading_the_record_afresh() {
         *job,
         json!({"conditions": [{"type": "Complete", "status": "True"}]}),
     )];
-    let ContentStep::Finish(patch) = step(&w) else {
+    let p = decide(&w).unwrap();
+    let ContentStep::Finish(patch) = p.step else {
         panic!()
     };
+    let ended = |status| {
+        NoticeKind::SnapshotCall(SnapshotCall {
+            delete: true,
+            status,
+            started: None,
+        })
+    };
+    assert_eq!(p.notices[0].kind, ended(CallStatus::Ok));
     assert_eq!(
         patch,
         json!({"metadata": {"resourceVersion": "9", "finalizers": ["other/keep"]}}),
@@ -166,6 +175,12 @@ fn a_failed_delete_keeps_the_finalizer_and_backs_off() {
     let p = decide(&w).unwrap();
     assert_eq!(p.step, ContentStep::Wait(Duration::from_secs(5)));
     assert_eq!(p.notices[0].reason, reasons::DELETE_ERROR);
+    let unknown = SnapshotCall {
+        delete: true,
+        status: CallStatus::Unknown,
+        started: None,
+    };
+    assert_eq!(p.notices[0].kind, NoticeKind::SnapshotCall(unknown));
     assert!(
         p.notices[0].message.contains("disk gone"),
         "{}",
