@@ -678,3 +678,128 @@ async fn a_clone_job_sees_only_the_source_and_the_new_volume() {
         "it sees its new directory: {seen}"
     );
 }
+
+/// On a real kubelet: the shipped hostpath image snapshots another user's private files with
+/// their owners and modes, and a snapshot Job's pod sees only the volume it copies and its
+/// snapshot's own directory: never a sibling claim's volume, another namespace's, nor where
+/// a link planted in the volume points. The listing comes back on the VolumeSnapshot.
+#[tokio::test]
+async fn a_snapshot_job_keeps_owners_and_sees_only_its_volume_and_its_copy() {
+    common::at_root();
+    let cluster = common::provisioning::node_cluster().await;
+    assert!(
+        cluster.mounts_volumes(),
+        "what a Job's pod can reach needs pods with mounted volumes: a real node, or the sandbox run as root"
+    );
+    if !cluster.serve_snapshots(false).await {
+        // The sandbox serves no snapshot API (docs/snapshots.md).
+        return;
+    }
+    let _c = common::provisioning::controller(&cluster);
+    let base = hostpath_class(&cluster, "hostpath", SHIPPED_CAPS).await;
+    crate::snapshots::snapshot_class(&cluster, "Delete").await;
+
+    plain_claim(&cluster, "owned", "hostpath").await;
+    shell_pod(&cluster, "tenant", "owned", TENANT_FILES).await;
+    bound(&cluster, "owned", 60).await;
+    crate::snapshots::take(&cluster, "owned-snap", "owned").await;
+    let taken = crate::snapshots::ready(&cluster, "owned-snap").await;
+    let owned = bound(&cluster, "owned", 5).await;
+    let owned_dir = storage_dir(&cluster, &volume_of(&cluster, &owned).await);
+    let taken_uid = taken.metadata.uid.unwrap();
+    let copy = owned_dir
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join(format!(".snapshots/default/{taken_uid}"));
+    for p in [
+        "private",
+        "private/deep",
+        "private/deep/key",
+        "shared",
+        "shared/g",
+    ] {
+        assert_eq!(
+            owner_mode(&copy.join(p)),
+            owner_mode(&owned_dir.join(p)),
+            "{p}: the snapshot keeps owner, group and mode"
+        );
+    }
+    assert_eq!(
+        std::fs::read_link(copy.join("link")).unwrap(),
+        Path::new("private/deep/key"),
+        "a link is copied as a link"
+    );
+
+    // Another namespace's volume, on the same node, and a sibling claim's.
+    let other = base.join("other-team/vault");
+    let other_on_node = cluster
+        .node_root(NODES[0])
+        .join(other.strip_prefix("/").unwrap());
+    std::fs::create_dir_all(&other_on_node).unwrap();
+    std::fs::write(other_on_node.join("key"), "other-tenant-secret\n").unwrap();
+    plain_claim(&cluster, "sibling", "hostpath").await;
+    shell_pod(
+        &cluster,
+        "sibling-writer",
+        "sibling",
+        "echo sibling > /data/sibling-file",
+    )
+    .await;
+    bound(&cluster, "sibling", 60).await;
+    // A class whose image lists what its snapshot Job sees (and provisions as hostpath).
+    let lister = format!(
+        "if [ \"$ACTION\" = snapshot ]; then log=${{TERMINATION_LOG:-/dev/termination-log}}; find {base} > $log 2>&1; cat {base}/default/*/to-other/key >> $log 2>&1; exit 2; fi; exec entrypoint \"$@\"",
+        base = base.display()
+    );
+    let mut text = std::fs::read_to_string("configmaps/hostpath.yaml").unwrap();
+    let image = "  image: ghcr.io/flex-provisioner/hostpath:0.1.0\n";
+    assert!(text.contains(image), "the example names its image");
+    text = text
+        .replace(BASE, &base.display().to_string())
+        .replace("local-hostpath", "lister")
+        .replace("name: hostpath-provisioner", "name: lister")
+        .replace(
+            image,
+            &format!(
+                "{image}  command: '{}'\n",
+                serde_json::to_string(&["sh", "-c", &lister, "sh"]).unwrap()
+            ),
+        );
+    apply_example(&cluster, "lister", &text).await;
+    plain_claim(&cluster, "src", "lister").await;
+    let plant = format!(
+        "echo mine > /data/source-file; ln -s {} /data/to-other; ln -s ../../other-team/vault /data/up-to-other",
+        other.display()
+    );
+    shell_pod(&cluster, "src-writer", "src", &plant).await;
+    bound(&cluster, "src", 60).await;
+    crate::snapshots::take(&cluster, "listed", "src").await;
+    let snapshots: Api<flex_core::snapshot::VolumeSnapshot> =
+        Api::namespaced(cluster.client().unwrap(), "default");
+    let seen = eventually(120, "the listing on the VolumeSnapshot", || async {
+        let s = snapshots.get("listed").await.ok()?;
+        let m = s.status?.error?.message?;
+        m.contains("source-file").then_some(m)
+    })
+    .await;
+    // Nor another snapshot's copy.
+    let never = [
+        "other-team",
+        "vault",
+        "sibling",
+        "other-tenant-secret",
+        "owned-",
+    ];
+    for never in never.into_iter().chain([taken_uid.as_str()]) {
+        assert!(
+            !seen.contains(never),
+            "the snapshot Job's pod reached {never}: {seen}"
+        );
+    }
+    assert!(
+        seen.contains("/.snapshots/default/"),
+        "it sees its snapshot's directory: {seen}"
+    );
+}

@@ -7,19 +7,19 @@ use crate::common;
 
 use common::cluster::Cluster;
 use common::provisioning::{
-    NS, bound, claim, claim_object, class, create_pod, jobs_of, sandbox, storage_dir, wait_event,
-    with_examples_on,
+    NS, bound, claim, claim_object, class, create_pod, jobs_of, local_path, sandbox, storage_dir,
+    wait_event, with_examples_on,
 };
 use common::sandbox::eventually;
 use flex_core::snapshot::{VolumeSnapshot, VolumeSnapshotClass, VolumeSnapshotContent};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use std::path::PathBuf;
 
 const SNAPSHOT_CLASS: &str = "flex-snapshots";
 
-async fn snapshot_class(sb: &Cluster, policy: &str) {
+pub(crate) async fn snapshot_class(sb: &Cluster, policy: &str) {
     let class: VolumeSnapshotClass = serde_json::from_value(json!({
         "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
         "metadata": {"name": SNAPSHOT_CLASS},
@@ -32,7 +32,7 @@ async fn snapshot_class(sb: &Cluster, policy: &str) {
         .unwrap();
 }
 
-async fn take(sb: &Cluster, name: &str, claim: &str) {
+pub(crate) async fn take(sb: &Cluster, name: &str, claim: &str) {
     let s: VolumeSnapshot = serde_json::from_value(json!({
         "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
         "metadata": {"name": name},
@@ -113,7 +113,7 @@ fn dirs(sb: &Cluster, pv: &PersistentVolume, uid: &str) -> (PathBuf, PathBuf) {
     (volume, base.join(copy))
 }
 
-async fn ready(sb: &Cluster, name: &str) -> VolumeSnapshot {
+pub(crate) async fn ready(sb: &Cluster, name: &str) -> VolumeSnapshot {
     let snapshots: Api<VolumeSnapshot> = Api::namespaced(sb.client().unwrap(), "default");
     eventually(120, &format!("snapshot {name} to be ready"), || async {
         let s = snapshots.get(name).await.ok()?;
@@ -223,7 +223,7 @@ async fn a_snapshot_whose_job_fails_shows_the_images_message() {
     if !sb.serve_snapshots(true).await {
         return;
     }
-    let _c = common::provisioning::controller(&sb);
+    let (_c, addr) = common::provisioning::controller_serving(&sb);
     class(
         &sb,
         "snaps",
@@ -272,8 +272,106 @@ async fn a_snapshot_whose_job_fails_shows_the_images_message() {
     );
     let attempts = jobs_of(&sb, "snapshot").await;
     assert_eq!(attempts.len(), 1, "a permanent failure is not retried");
+    // Counted once, as the CSI snapshotter counts a CreateSnapshot that failed for good.
+    let metrics = common::provisioning::http_get(addr, "/metrics")
+        .await
+        .unwrap();
+    let series = format!(
+        "csi_sidecar_operations_seconds_count{{driver_name=\"{}\",grpc_status_code=\"InvalidArgument\",method_name=\"/csi.v1.Controller/CreateSnapshot\"}} 1",
+        flex_core::names::DEFAULT_PROVISIONER_NAME
+    );
+    assert!(metrics.contains(&series), "{series} in:\n{metrics}");
     assert!(
         attempts[0].metadata.namespace.as_deref() == Some(NS),
         "the Job runs in the config namespace"
+    );
+}
+
+/// A content anyone allowed to create contents could write: pre-provisioned for a
+/// VolumeSnapshot of theirs, naming this provisioner as its driver and another tenant's
+/// volume as its copy, its status saying it is ready. Restoring from it runs no Job, and
+/// deleting it runs none either: the volume it names is untouched.
+#[tokio::test]
+async fn a_forged_content_restores_nothing_and_deletes_nothing() {
+    common::at_root();
+    let sb = sandbox().await;
+    if !sb.serve_snapshots(true).await {
+        return;
+    }
+    let (sb, _c) = with_examples_on(sb, &["configmaps/hostpath.yaml"]).await;
+    let (_, pv) = written(&sb, "victim", "local-hostpath").await;
+    let node = node_of(&pv);
+    let volume = storage_dir(&sb, &pv);
+    snapshot_class(&sb, "Delete").await;
+    let contents: Api<VolumeSnapshotContent> = Api::all(sb.client().unwrap());
+    let forged: VolumeSnapshotContent = serde_json::from_value(json!({
+        "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotContent",
+        "metadata": {"name": "forged-content"},
+        "spec": {"deletionPolicy": "Delete", "driver": flex_core::names::DEFAULT_PROVISIONER_NAME,
+                 "source": {"snapshotHandle": local_path(&pv)},
+                 "volumeSnapshotClassName": SNAPSHOT_CLASS,
+                 "volumeSnapshotRef": {"name": "forged", "namespace": "default"}}
+    }))
+    .unwrap();
+    contents
+        .create(&PostParams::default(), &forged)
+        .await
+        .unwrap();
+    let status = json!({"status": {"readyToUse": true, "snapshotHandle": local_path(&pv),
+        "restoreSize": 1_073_741_824_i64, "creationTime": 1_795_900_000_000_000_000_i64}});
+    contents
+        .patch_status(
+            "forged-content",
+            &PatchParams::default(),
+            &Patch::Merge(&status),
+        )
+        .await
+        .unwrap();
+    let s: VolumeSnapshot = serde_json::from_value(json!({
+        "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
+        "metadata": {"name": "forged"},
+        "spec": {"volumeSnapshotClassName": SNAPSHOT_CLASS,
+                 "source": {"volumeSnapshotContentName": "forged-content"}}
+    }))
+    .unwrap();
+    let snapshots: Api<VolumeSnapshot> = Api::namespaced(sb.client().unwrap(), "default");
+    snapshots.create(&PostParams::default(), &s).await.unwrap();
+    // The snapshot-controller binds it and calls it ready on the content's word.
+    ready(&sb, "forged").await;
+
+    restore(&sb, "stolen", "local-hostpath", "forged", node.as_deref()).await;
+    let needle = "was not taken by this provisioner (it has no record of it)";
+    wait_event(&sb, "stolen", "ProvisioningFailed", needle, 60).await;
+    assert_eq!(
+        jobs_of(&sb, "provision").await.len(),
+        1,
+        "only the victim's own Job"
+    );
+
+    // The snapshot-controller keeps a snapshot a pending claim restores from.
+    Api::<PersistentVolumeClaim>::namespaced(sb.client().unwrap(), "default")
+        .delete("stolen", &DeleteParams::default())
+        .await
+        .unwrap();
+    snapshots
+        .delete("forged", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(120, "the forged content to go", || async {
+        contents
+            .get_opt("forged-content")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(
+        jobs_of(&sb, "delete-snapshot").await.is_empty(),
+        "nothing runs for a content this provisioner did not take"
+    );
+    assert!(
+        volume.join("hello.txt").is_file(),
+        "the volume the forged content named is untouched"
     );
 }
