@@ -176,10 +176,33 @@ pub fn plan_content(i: &ContentInputs<'_>) -> Decision<ContentPlan> {
         }
         // What an attempt that recorded nothing may have left is removed from the
         // directory the controller gave it; with no attempt, nothing was taken.
-        return match of(Action::Snapshot).find_map(leftover_of) {
-            Some(left) => delete_copy(i, c, &left, of(Action::DeleteSnapshot).collect()),
-            None => plan(ContentStep::Finish(finish(c)), vec![]),
-        };
+        if let Some(left) = of(Action::Snapshot).find_map(leftover_of) {
+            return delete_copy(i, c, &left, of(Action::DeleteSnapshot).collect());
+        }
+        // Its status says a copy was taken from a volume (written here only from the
+        // record), yet the record is gone: removed by hand, or by the garbage collector
+        // when the content was deleted in the foreground. The copy is not deleted on the
+        // status's word (anyone allowed to write it could name any path), nor forgotten.
+        let taken = c.status.as_ref().and_then(|s| s.snapshot_handle.as_deref());
+        if let (Some(handle), Some(_)) = (taken, c.spec.source.volume_handle.as_ref()) {
+            let record = crate::snapshot::record::snapshot_record_name(
+                c.spec
+                    .volume_snapshot_ref
+                    .uid
+                    .as_deref()
+                    .unwrap_or_default(),
+            );
+            let notice = Notice::warning(
+                format!("record-gone/{uid}"),
+                reasons::DELETE_ERROR,
+                format!(
+                    "cannot delete the snapshot of {name}: its record {record} is gone, so nothing is run and the content is kept; its copy may still be at {handle}: an admin removes it, then the finalizer {FINALIZER_CONTENT_BOUND}"
+                ),
+            )
+            .action("DeleteSnapshot");
+            return plan(ContentStep::Ignore, vec![notice]);
+        }
+        return plan(ContentStep::Finish(finish(c)), vec![]);
     };
     let record = match read_snapshot_record(cm, c) {
         Ok(r) => r,

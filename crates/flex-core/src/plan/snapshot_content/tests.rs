@@ -196,6 +196,34 @@ fn without_a_record_of_ours_nothing_runs() {
     let ContentStep::Finish(_) = step(&w) else {
         panic!("nothing was taken: nothing to delete")
     };
+    // Taken (its status says so), but its record is gone: kept, and said, never deleted on
+    // the status's word.
+    let mut taken = c.clone();
+    taken.status = Some(
+        serde_json::from_value(json!({"readyToUse": true,
+        "snapshotHandle": "/var/flex/.snapshots/team/9f1c"}))
+        .unwrap(),
+    );
+    let mut w = world(taken.clone());
+    w.record_read = true;
+    let p = decide(&w).unwrap();
+    assert_eq!(p.step, ContentStep::Ignore);
+    let said = &p.notices[0].message;
+    assert!(
+        said.contains("its record flex-snapshot-9f1c is gone"),
+        "{said}"
+    );
+    assert!(said.contains("/var/flex/.snapshots/team/9f1c"), "{said}");
+    // A pre-provisioned content (an admin's, or forged) names a handle, not a volume:
+    // nothing of it was taken here, and its finalizer goes.
+    let mut static_content = taken.clone();
+    static_content.spec.source =
+        serde_json::from_value(json!({"snapshotHandle": "/var/flex/team/another-tenant"})).unwrap();
+    let mut w = world(static_content);
+    w.record_read = true;
+    assert!(matches!(step(&w), ContentStep::Finish(_)));
+    let mut w = world(c.clone());
+    w.record_read = true;
     // A record written for another content (a copy of another tenant's): refused, kept.
     let mut other = content("Delete", true);
     other.metadata.uid = Some("other-u".into());
