@@ -98,19 +98,13 @@ pub(super) async fn record(
     Ok(None)
 }
 
-/// A snapshot's record (`flex-snapshot-<uid>`), from the API server: it decides what a
-/// delete removes and what a restore copies.
-pub(super) async fn snapshot_record(
-    ctx: &Context,
-    snapshot_uid: &str,
-) -> crate::Result<Option<ConfigMap>> {
-    if snapshot_uid.is_empty() {
-        return Ok(None);
-    }
-    let name = flex_core::snapshot::record::snapshot_record_name(snapshot_uid);
+/// A snapshot's record, or its attempts' (`flex-snapshot-<uid>`,
+/// `flex-snapshot-attempt-<uid>`), from the API server: they decide what a delete removes
+/// and what a restore copies.
+pub(super) async fn snapshot_record(ctx: &Context, name: &str) -> crate::Result<Option<ConfigMap>> {
     for ns in &ctx.opts.config_namespaces {
         let found = Api::<ConfigMap>::namespaced(ctx.client.clone(), ns)
-            .get_opt(&name)
+            .get_opt(name)
             .await
             .map_err(crate::Error::read(format!("snapshot record {ns}/{name}")))?;
         if found.is_some() {

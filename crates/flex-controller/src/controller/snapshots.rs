@@ -24,7 +24,7 @@ use flex_core::names::{ANN_CONTENT, ANN_SNAPSHOT, Action as JobAction, annotatio
 use flex_core::plan::Ask;
 use flex_core::plan::snapshot::{SnapshotInputs, SnapshotStep, plan_snapshot};
 use flex_core::plan::snapshot_content::{ContentInputs, ContentStep, plan_content};
-use flex_core::snapshot::record::snapshot_record_name;
+use flex_core::snapshot::record::{attempt_record_name, snapshot_record_name};
 use flex_core::snapshot::{
     API_VERSION, GROUP, VolumeSnapshot, VolumeSnapshotClass, VolumeSnapshotContent, content_name,
 };
@@ -201,11 +201,11 @@ struct Stores {
 /// What both reconcilers share.
 type Both = Arc<(Arc<Context>, Arc<Stores>)>;
 
-/// The snapshot's record as the cache holds it (in any config namespace).
-fn cached_record(ctx: &Context, snapshot_uid: &str) -> Option<ConfigMap> {
-    let name = snapshot_record_name(snapshot_uid);
+/// A snapshot's record (`snapshot_record_name`, `attempt_record_name`) as the cache holds it
+/// (in any config namespace).
+fn cached_record(ctx: &Context, name: &str) -> Option<ConfigMap> {
     (ctx.opts.config_namespaces.iter().zip(&ctx.caches.records))
-        .find_map(|(ns, s)| s.get(&ObjectRef::new(&name).within(ns))?.full())
+        .find_map(|(ns, s)| s.get(&ObjectRef::new(name).within(ns))?.full())
 }
 
 async fn reconcile_snapshot(vs: Arc<VolumeSnapshot>, shared: Both) -> crate::Result<Action> {
@@ -249,7 +249,9 @@ async fn reconcile_snapshot(vs: Arc<VolumeSnapshot>, shared: Both) -> crate::Res
     let content_unseen = (ctx.apply.expected)
         .unseen_for(&content_key, |_| content.is_some())
         .is_some();
-    let mut record = cached_record(ctx, &uid);
+    let (record_name, attempts_name) = (snapshot_record_name(&uid), attempt_record_name(&uid));
+    let mut record = cached_record(ctx, &record_name);
+    let mut attempt_record = cached_record(ctx, &attempts_name);
     let mut record_read = false;
     let jobs = ctx.caches.jobs_by(&by_snapshot(&uid));
     let pods = ctx.caches.pods_by(&by_snapshot(&uid));
@@ -268,6 +270,7 @@ async fn reconcile_snapshot(vs: Arc<VolumeSnapshot>, shared: Both) -> crate::Res
             volume_record: volume_record.clone(),
             record: record.as_ref(),
             record_read,
+            attempt_record: attempt_record.as_ref(),
             jobs: jobs.iter().map(AsRef::as_ref).collect(),
             pods: pods.iter().map(AsRef::as_ref).collect(),
             retry_base: ctx.opts.retry_base,
@@ -286,7 +289,8 @@ async fn reconcile_snapshot(vs: Arc<VolumeSnapshot>, shared: Both) -> crate::Res
                     Some(cm) => flex_core::record::read_record(&cm, pv),
                     None => Err(flex_core::record::RecordError::missing(pv)),
                 });
-                record = super::reads::snapshot_record(ctx, &uid).await?;
+                record = super::reads::snapshot_record(ctx, &record_name).await?;
+                attempt_record = super::reads::snapshot_record(ctx, &attempts_name).await?;
                 (read, record_read) = (true, true);
             }
             Err(_) => return Ok(Action::requeue(Duration::from_secs(30))),
@@ -374,7 +378,10 @@ async fn reconcile_content(
     }
     let mut snapshot_exists = cached;
     let mut snapshot_confirmed = false;
-    let mut record = cached_record(ctx, &snapshot_uid);
+    let record_name = snapshot_record_name(&snapshot_uid);
+    let attempts_name = attempt_record_name(&snapshot_uid);
+    let mut record = cached_record(ctx, &record_name);
+    let mut attempt_record = cached_record(ctx, &attempts_name);
     let mut record_read = false;
     let plan = {
         let mut asked: Vec<Ask> = Vec::new();
@@ -388,6 +395,7 @@ async fn reconcile_content(
                 restoring,
                 record: record.as_ref(),
                 record_read,
+                attempt_record: attempt_record.as_ref(),
                 jobs: jobs.iter().map(AsRef::as_ref).collect(),
                 pods: pods.iter().map(AsRef::as_ref).collect(),
                 retry_base: ctx.opts.retry_base,
@@ -418,7 +426,8 @@ async fn reconcile_content(
                     snapshot_confirmed = true;
                 }
                 Ask::Record => {
-                    record = super::reads::snapshot_record(ctx, &snapshot_uid).await?;
+                    record = super::reads::snapshot_record(ctx, &record_name).await?;
+                    attempt_record = super::reads::snapshot_record(ctx, &attempts_name).await?;
                     record_read = true;
                 }
                 _ => return Ok(Action::requeue(Duration::from_secs(30))),

@@ -119,11 +119,14 @@ async fn snapshot_source(
             .map_err(read(format!("VolumeSnapshotContent {name}")))?,
         None => None,
     };
-    let uid = snapshot
-        .as_ref()
-        .and_then(|s| s.metadata.uid.clone())
-        .unwrap_or_default();
-    let record = super::reads::snapshot_record(ctx, &uid).await?;
+    let uid = snapshot.as_ref().and_then(|s| s.metadata.uid.clone());
+    let record = match uid.filter(|u| !u.is_empty()) {
+        Some(uid) => {
+            let name = flex_core::snapshot::record::snapshot_record_name(&uid);
+            super::reads::snapshot_record(ctx, &name).await?
+        }
+        None => None,
+    };
     Ok(flex_core::source::restore_source(
         &flex_core::source::RestoreFrom {
             claim,

@@ -17,7 +17,9 @@ use crate::job::{JobOutcome, attempt_of, outcome, pods_of, report_of};
 use crate::names::{ANN_CONTENT_UID, LABEL_MANAGED_BY, MANAGED_BY_VALUE, annotation};
 use crate::record::{Record, RecordError};
 use crate::snapshot::jobs::{ANN_SNAPSHOT_HANDLE, SnapshotJob, snapshot_job};
-use crate::snapshot::record::{build_snapshot_record, read_snapshot_record, record_from_job};
+use crate::snapshot::record::{
+    build_attempt_record, build_snapshot_record, leftover_of, read_snapshot_record, record_from_job,
+};
 use crate::snapshot::report::check_snapshot_report;
 use crate::snapshot::{
     SnapshotError, VolumeSnapshot, VolumeSnapshotClass, VolumeSnapshotContent, content_for,
@@ -73,6 +75,8 @@ pub struct SnapshotInputs<'a> {
     /// none (after a restart the records may not be cached yet).
     pub record: Option<&'a ConfigMap>,
     pub record_read: bool,
+    /// The record of its attempts, read with `record`: written before the first.
+    pub attempt_record: Option<&'a ConfigMap>,
     /// The snapshot's Jobs, and their pods.
     pub jobs: Vec<&'a Job>,
     pub pods: Vec<&'a Pod>,
@@ -89,7 +93,8 @@ pub enum SnapshotStep {
     Wait(Duration),
     CreateContent(Box<VolumeSnapshotContent>),
     CreateJob(Box<Job>),
-    /// The snapshot's record (the Job succeeded and its report checked), then plan again.
+    /// The snapshot's record (the Job succeeded and its report checked), or its attempts'
+    /// (before the first), then plan again.
     WriteRecord(Box<ConfigMap>),
     /// A merge patch of the content's status.
     PatchContentStatus(Value),
@@ -536,6 +541,14 @@ fn start(
                 attempt,
                 ttl_seconds: i.job_ttl_seconds,
             });
+            // Where the attempts write is recorded first, so that what they leave is
+            // removed when the snapshot is deleted, however long after their Jobs expired.
+            if i.attempt_record.is_none() {
+                let intent = leftover_of(&job).and_then(|r| build_attempt_record(content, &r));
+                if let Some(cm) = intent {
+                    return plan(SnapshotStep::WriteRecord(Box::new(cm)), notices);
+                }
+            }
             notices.push(
                 Notice::normal(
                     format!("job/{uid}/{attempt}"),

@@ -19,7 +19,7 @@ use crate::job::{JobOutcome, attempt_of, outcome, pods_of, report_of};
 use crate::names::{ANN_CONTENT_UID, Action, annotation};
 use crate::snapshot::jobs::{ANN_SNAPSHOT_HANDLE, delete_snapshot_job};
 use crate::snapshot::record::{
-    build_snapshot_record, leftover_of, read_snapshot_record, record_from_job,
+    build_snapshot_record, leftover_of, read_attempt_record, read_snapshot_record, record_from_job,
 };
 use crate::snapshot::report::check_snapshot_report;
 use crate::snapshot::{FINALIZER_CONTENT_BOUND, VolumeSnapshotContent};
@@ -41,6 +41,8 @@ pub struct ContentInputs<'a> {
     /// The snapshot's record (from the API server when `record_read`).
     pub record: Option<&'a ConfigMap>,
     pub record_read: bool,
+    /// The record of its attempts, read with `record`.
+    pub attempt_record: Option<&'a ConfigMap>,
     /// The snapshot's Jobs (snapshot and delete-snapshot), and their pods.
     pub jobs: Vec<&'a Job>,
     pub pods: Vec<&'a Pod>,
@@ -178,6 +180,24 @@ pub fn plan_content(i: &ContentInputs<'_>) -> Decision<ContentPlan> {
         // directory the controller gave it; with no attempt, nothing was taken.
         if let Some(left) = of(Action::Snapshot).find_map(leftover_of) {
             return delete_copy(i, c, &left, of(Action::DeleteSnapshot).collect());
+        }
+        // Its attempts' Jobs expired: the record written before the first says where
+        // they wrote.
+        if let Some(cm) = i.attempt_record {
+            return match read_attempt_record(cm, c) {
+                Ok(left) => delete_copy(i, c, &left, of(Action::DeleteSnapshot).collect()),
+                Err(why) => {
+                    let notice = Notice::warning(
+                        format!("attempt-record/{uid}"),
+                        reasons::DELETE_ERROR,
+                        format!(
+                            "cannot remove what the snapshot attempts of {name} left: {why}; nothing is run and the content is kept (remove its copy by hand, then the finalizer {FINALIZER_CONTENT_BOUND})"
+                        ),
+                    )
+                    .action("DeleteSnapshot");
+                    plan(ContentStep::Ignore, vec![notice])
+                }
+            };
         }
         // Its status says a copy was taken from a volume (written here only from the
         // record), yet the record is gone: removed by hand, or by the garbage collector

@@ -4,6 +4,12 @@
 //! what a restore copies from, come only from here: a content's handle and annotations can
 //! be written by anyone who may write contents, and a record of another content never
 //! matches its uid.
+//!
+//! Before the first attempt the controller writes the attempt's record (an intent, under
+//! its own name): where the attempts write and how to delete that. A content deleted
+//! without a taken snapshot then has what its attempts may have left removed, however long
+//! after their Jobs expired. Records are only ever created (the controller may not change
+//! ConfigMaps of the config namespace), hence two names rather than one record updated.
 
 use std::collections::BTreeMap;
 
@@ -24,6 +30,8 @@ const KEY_RESTORE_SIZE: &str = "restore-size";
 const KEY_TAKEN_AT: &str = "taken-at";
 const KEY_RECIPE: &str = "delete-spec";
 const KEY_PARAMETERS: &str = "parameters";
+/// Set on an attempt's record only: what was attempted, not what was taken.
+const KEY_ATTEMPTED: &str = "attempted";
 
 /// What was recorded when a snapshot was taken.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,6 +54,33 @@ pub struct SnapshotRecord {
 /// The record's name: one per VolumeSnapshot uid.
 pub fn snapshot_record_name(snapshot_uid: &str) -> String {
     format!("flex-snapshot-{snapshot_uid}")
+}
+
+/// The name of the record of a snapshot's attempts: one per VolumeSnapshot uid.
+pub fn attempt_record_name(snapshot_uid: &str) -> String {
+    format!("flex-snapshot-attempt-{snapshot_uid}")
+}
+
+/// The record of what `content`'s snapshot attempts write (`leftover_of` the first
+/// attempt's Job), written before that Job.
+pub fn build_attempt_record(
+    content: &VolumeSnapshotContent,
+    attempt: &SnapshotRecord,
+) -> Option<ConfigMap> {
+    let mut cm = build_snapshot_record(content, attempt)?;
+    cm.metadata.name = Some(attempt_record_name(&attempt.snapshot_uid));
+    let data = cm.data.get_or_insert_default();
+    data.insert(KEY_ATTEMPTED.to_owned(), "true".to_owned());
+    Some(cm)
+}
+
+/// Reads an attempt's record back, on the terms of [`read_snapshot_record`]: its handle is
+/// the directory the attempts were given, never a report.
+pub fn read_attempt_record(
+    cm: &ConfigMap,
+    content: &VolumeSnapshotContent,
+) -> Result<SnapshotRecord, SnapshotRecordError> {
+    read_as(cm, content, true)
 }
 
 /// The record of `content`'s snapshot, in the namespace its recipe runs Jobs in. `None` for
@@ -171,6 +206,14 @@ pub fn read_snapshot_record(
     cm: &ConfigMap,
     content: &VolumeSnapshotContent,
 ) -> Result<SnapshotRecord, SnapshotRecordError> {
+    read_as(cm, content, false)
+}
+
+fn read_as(
+    cm: &ConfigMap,
+    content: &VolumeSnapshotContent,
+    attempted: bool,
+) -> Result<SnapshotRecord, SnapshotRecordError> {
     let record = cm.metadata.name.clone().unwrap_or_default();
     let labelled = (cm.metadata.labels.as_ref())
         .and_then(|l| l.get(LABEL_RECORD))
@@ -183,6 +226,11 @@ pub fn read_snapshot_record(
         return Err(SnapshotRecordError::NotThisContent { record, name, uid });
     }
     let invalid = |what: &str| SnapshotRecordError::Invalid(record.clone(), what.to_owned());
+    // An attempt's record never stands for a taken snapshot (a restore copies from it).
+    if data.contains_key(KEY_ATTEMPTED) != attempted {
+        let kind = ["a taken snapshot's", "an attempt's"][usize::from(!attempted)];
+        return Err(invalid(&format!("it is {kind} record")));
+    }
     let snapshot = get(KEY_SNAPSHOT)
         .split_once('/')
         .map(|(ns, n)| (ns.to_owned(), n.to_owned()))
@@ -275,6 +323,24 @@ mod tests {
         let mut no_uid = content("");
         no_uid.metadata.uid = None;
         assert!(build_snapshot_record(&no_uid, &record()).is_none());
+    }
+
+    #[test]
+    fn an_attempts_record_is_never_read_as_a_taken_snapshots() {
+        let attempt = build_attempt_record(&content("c-1"), &record()).unwrap();
+        assert_eq!(
+            attempt.metadata.name.as_deref(),
+            Some("flex-snapshot-attempt-9f1c")
+        );
+        assert_eq!(
+            read_attempt_record(&attempt, &content("c-1")).unwrap(),
+            record()
+        );
+        let taken = read_snapshot_record(&attempt, &content("c-1")).unwrap_err();
+        assert!(taken.to_string().contains("an attempt's record"), "{taken}");
+        let record_cm = build_snapshot_record(&content("c-1"), &record()).unwrap();
+        assert!(read_attempt_record(&record_cm, &content("c-1")).is_err());
+        assert!(read_attempt_record(&attempt, &content("c-2")).is_err());
     }
 
     #[test]

@@ -12,6 +12,7 @@ use common::provisioning::{
 };
 use common::sandbox::eventually;
 use flex_core::snapshot::{VolumeSnapshot, VolumeSnapshotClass, VolumeSnapshotContent};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -281,6 +282,52 @@ async fn a_snapshot_whose_job_fails_shows_the_images_message() {
         flex_core::names::DEFAULT_PROVISIONER_NAME
     );
     assert!(metrics.contains(&series), "{series} in:\n{metrics}");
+
+    // Its Job expires (deleted here as the TTL controller would delete it); deleting the
+    // snapshot still removes what the attempt may have left, as the record of its attempts
+    // written before it says.
+    let jobs: Api<Job> = Api::namespaced(sb.client().unwrap(), NS);
+    let attempt = attempts[0].metadata.name.clone().unwrap();
+    jobs.delete(&attempt, &DeleteParams::background())
+        .await
+        .unwrap();
+    eventually(60, "the attempt's Job to go", || async {
+        jobs.get_opt(&attempt).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    snapshots
+        .delete("doomed", &DeleteParams::default())
+        .await
+        .unwrap();
+    let contents: Api<VolumeSnapshotContent> = Api::all(sb.client().unwrap());
+    eventually(120, "the content to go", || async {
+        contents
+            .get_opt(&format!("snapcontent-{uid}"))
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let deletes = jobs_of(&sb, "delete-snapshot").await;
+    assert_eq!(deletes.len(), 1, "one delete-snapshot Job");
+    let env = deletes[0]
+        .spec
+        .clone()
+        .unwrap()
+        .template
+        .spec
+        .unwrap()
+        .containers[0]
+        .env
+        .clone()
+        .unwrap_or_default();
+    let directory = env.iter().find(|e| e.name == "VOLUME_DIRECTORY");
+    assert_eq!(
+        directory.and_then(|e| e.value.clone()),
+        Some(format!(".snapshots/default/{uid}")),
+        "it removes the directory the attempt was given"
+    );
     assert!(
         attempts[0].metadata.namespace.as_deref() == Some(NS),
         "the Job runs in the config namespace"

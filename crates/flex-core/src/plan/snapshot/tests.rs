@@ -69,6 +69,8 @@ struct World {
     content: Option<VolumeSnapshotContent>,
     volume_record: Option<Result<Record, RecordError>>,
     record: Option<ConfigMap>,
+    /// The attempts' record was written (the first attempt is then started).
+    attempt_recorded: bool,
     jobs: Vec<Job>,
     pods: Vec<Pod>,
 }
@@ -83,12 +85,14 @@ fn world() -> World {
         content: None,
         volume_record: None,
         record: None,
+        attempt_recorded: true,
         jobs: vec![],
         pods: vec![],
     }
 }
 
 fn decide(w: &World) -> Decision<SnapshotPlan> {
+    let attempt_record = ConfigMap::default();
     plan_snapshot(&SnapshotInputs {
         snapshot: &w.snapshot,
         provisioner_name: ME,
@@ -101,6 +105,7 @@ fn decide(w: &World) -> Decision<SnapshotPlan> {
         volume_record: w.volume_record.clone(),
         record: w.record.as_ref(),
         record_read: w.volume_record.is_some(),
+        attempt_record: w.attempt_recorded.then_some(&attempt_record),
         jobs: w.jobs.iter().collect(),
         pods: w.pods.iter().collect(),
         retry_base: Duration::from_secs(10),
@@ -261,8 +266,26 @@ fn the_job_is_built_from_the_volumes_record_read_first() {
         ..world()
     };
     assert_eq!(decide(&w), Err(Ask::Record));
+    // Before the first attempt: the record of where the attempts write.
     let w = World {
         volume_record: Some(Ok(volume_record())),
+        attempt_recorded: false,
+        ..w
+    };
+    let SnapshotStep::WriteRecord(attempts) = step(&w) else {
+        panic!()
+    };
+    assert_eq!(
+        attempts.metadata.name.as_deref(),
+        Some("flex-snapshot-attempt-9f1c")
+    );
+    let attempts = crate::snapshot::record::read_attempt_record(&attempts, &content()).unwrap();
+    assert_eq!(
+        attempts.recipe.volume.unwrap().directory,
+        ".snapshots/team/9f1c"
+    );
+    let w = World {
+        attempt_recorded: true,
         ..w
     };
     let SnapshotStep::CreateJob(job) = step(&w) else {

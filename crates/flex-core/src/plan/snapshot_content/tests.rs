@@ -53,6 +53,7 @@ struct World {
     restoring: bool,
     record: Option<ConfigMap>,
     record_read: bool,
+    attempt_record: Option<ConfigMap>,
     jobs: Vec<Job>,
 }
 
@@ -65,6 +66,7 @@ fn world(c: VolumeSnapshotContent) -> World {
         restoring: false,
         record: None,
         record_read: false,
+        attempt_record: None,
         jobs: vec![],
     }
 }
@@ -79,6 +81,7 @@ fn decide(w: &World) -> Decision<ContentPlan> {
         restoring: w.restoring,
         record: w.record.as_ref(),
         record_read: w.record_read,
+        attempt_record: w.attempt_record.as_ref(),
         jobs: w.jobs.iter().collect(),
         pods: vec![],
         retry_base: Duration::from_secs(10),
@@ -337,28 +340,54 @@ fn what_an_attempt_that_recorded_nothing_left_is_removed() {
         json!({"failed": 1, "conditions": [{"type": "Failed",
         "status": "True", "reason": "PodFailurePolicy"}]}),
     );
-    let mut w = world(c);
+    let attempts = crate::snapshot::record::leftover_of(&failed)
+        .and_then(|r| crate::snapshot::record::build_attempt_record(&c, &r))
+        .unwrap();
+    let mut w = world(c.clone());
     w.record_read = true;
     w.jobs = vec![failed];
-    let ContentStep::CreateJob(job) = step(&w) else {
-        panic!("the leftovers stay")
+    let removes_the_directory = |step: ContentStep| {
+        let ContentStep::CreateJob(job) = step else {
+            panic!("the leftovers stay: {step:?}")
+        };
+        let env = &job.spec.unwrap().template.spec.unwrap().containers[0]
+            .env
+            .clone()
+            .unwrap();
+        let var = |n: &str| {
+            env.iter()
+                .find(|e| e.name == n)
+                .and_then(|e| e.value.clone())
+        };
+        assert_eq!(var("ACTION").as_deref(), Some("delete-snapshot"));
+        assert_eq!(
+            var("VOLUME_DIRECTORY").as_deref(),
+            Some(".snapshots/team/9f1c")
+        );
+        assert_eq!(
+            var("SNAPSHOT_HANDLE").as_deref(),
+            Some("/var/flex/.snapshots/team/9f1c")
+        );
     };
-    let env = &job.spec.unwrap().template.spec.unwrap().containers[0]
-        .env
-        .clone()
-        .unwrap();
-    let var = |n: &str| {
-        env.iter()
-            .find(|e| e.name == n)
-            .and_then(|e| e.value.clone())
-    };
-    assert_eq!(var("ACTION").as_deref(), Some("delete-snapshot"));
-    assert_eq!(
-        var("VOLUME_DIRECTORY").as_deref(),
-        Some(".snapshots/team/9f1c")
-    );
-    assert_eq!(
-        var("SNAPSHOT_HANDLE").as_deref(),
-        Some("/var/flex/.snapshots/team/9f1c")
+    removes_the_directory(step(&w));
+    // The Job expired long ago: the attempts' record says the same.
+    w.jobs = vec![];
+    assert!(matches!(step(&w), ContentStep::Finish(_)), "without it");
+    w.attempt_record = Some(attempts.clone());
+    removes_the_directory(step(&w));
+    // One written for another content is not used, and said.
+    let mut other = c;
+    other.metadata.uid = Some("other-u".into());
+    let mut w = world(other);
+    w.record_read = true;
+    w.attempt_record = Some(attempts);
+    let p = decide(&w).unwrap();
+    assert_eq!(p.step, ContentStep::Ignore);
+    assert!(
+        p.notices[0]
+            .message
+            .contains("not written for this content"),
+        "{}",
+        p.notices[0].message
     );
 }
