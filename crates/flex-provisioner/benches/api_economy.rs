@@ -2,7 +2,8 @@
 //! in `CLAIMS` (default `100,1000`), N claims are provisioned at once and then deleted, and
 //! the controller's requests (by its User-Agent), by verb and resource, are divided by N;
 //! with the time to all Bound, the controller's CPU time per volume and its peak memory,
-//! and the requests it makes while idle with N volumes bound (none: nothing polls).
+//! and the requests it makes while idle with N volumes bound (none: nothing polls, but for
+//! one discovery request every 5 minutes while the snapshot API is not served).
 //!
 //! `cargo bench --bench api_economy` runs on the sandbox, which counts requests itself.
 //! `K8S_AUDIT=1 FLEX_E2E_K8S=../shared/k8s cargo bench --bench api_economy` runs on a real

@@ -117,6 +117,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     metrics_addr: Some(args.metrics_addr),
                     leader,
                     api_limits: Some(limits),
+                    snapshot_api_recheck: flex_controller::controller::SNAPSHOT_API_RECHECK,
                 };
                 flex_controller::controller::run_until(client, opts, shutdown_signal())
                     .await

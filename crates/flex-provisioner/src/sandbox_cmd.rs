@@ -229,6 +229,7 @@ pub async fn run(args: &SandboxArgs) -> Result<(), SandboxError> {
             metrics_addr: None,
             leader: None,
             api_limits: None,
+            snapshot_api_recheck: flex_controller::controller::SNAPSHOT_API_RECHECK,
         };
         tokio::spawn(async move {
             if let Err(e) = flex_controller::controller::run(client, options).await {

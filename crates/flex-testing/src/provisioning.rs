@@ -190,6 +190,7 @@ pub fn options() -> Options {
         metrics_addr: None,
         leader: None,
         api_limits: None,
+        snapshot_api_recheck: flex_controller::controller::SNAPSHOT_API_RECHECK,
     }
 }
 

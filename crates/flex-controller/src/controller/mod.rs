@@ -60,7 +60,15 @@ pub struct Options {
     /// Client-side rate limit of the controllers' requests (`--kube-api-qps`,
     /// `--kube-api-burst`; `None`: unlimited).
     pub api_limits: Option<crate::throttle::Limits>,
+    /// How often the snapshot API is looked for again while it is not served
+    /// ([`SNAPSHOT_API_RECHECK`]).
+    pub snapshot_api_recheck: Duration,
 }
+
+/// How often the controller looks again for the snapshot API while it is not served, so
+/// that snapshot CRDs installed after it started are watched without a restart: one small
+/// discovery request, as rare as a watch's renewal.
+pub const SNAPSHOT_API_RECHECK: Duration = Duration::from_secs(300);
 
 impl Options {
     /// How ConfigMaps are judged: for this provisioner, never as the controller's account.

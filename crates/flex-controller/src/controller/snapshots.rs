@@ -35,14 +35,11 @@ type Changes<K> = BoxStream<'static, Result<K, watcher::Error>>;
 /// once at start: installing the CRDs later takes a restart of the controller.
 pub(super) async fn served(client: &Client) -> bool {
     for _ in 0..3 {
-        match client.list_api_groups().await {
-            Ok(groups) => {
-                let v1 = groups.groups.iter().any(|g| {
-                    g.name == GROUP && g.versions.iter().any(|v| v.group_version == API_VERSION)
-                });
+        match serves_snapshots(client).await {
+            Ok(v1) => {
                 if !v1 {
                     tracing::info!(
-                        "the snapshot API ({API_VERSION}) is not served: VolumeSnapshots are not watched"
+                        "the snapshot API ({API_VERSION}) is not served: VolumeSnapshots are not watched until it is"
                     );
                 }
                 return v1;
@@ -55,6 +52,26 @@ pub(super) async fn served(client: &Client) -> bool {
     }
     tracing::warn!("the API groups could not be listed: VolumeSnapshots are not watched");
     false
+}
+
+/// Returns once the API server serves the snapshot API, asking every `every`.
+pub(super) async fn until_served(client: &Client, every: Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        match serves_snapshots(client).await {
+            Ok(true) => return,
+            Ok(false) => {}
+            Err(e) => tracing::debug!(error = %e, "cannot list the API groups"),
+        }
+    }
+}
+
+async fn serves_snapshots(client: &Client) -> Result<bool, kube::Error> {
+    let groups = client.list_api_groups().await?;
+    Ok(groups
+        .groups
+        .iter()
+        .any(|g| g.name == GROUP && g.versions.iter().any(|v| v.group_version == API_VERSION)))
 }
 
 /// The stores and the changes of the three kinds.

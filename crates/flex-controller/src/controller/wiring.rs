@@ -74,17 +74,49 @@ async fn lead(
     crate::fence::Fence::until(Some(won + l.renew_deadline))
 }
 
-/// The watches, the context every reconcile shares, and what runs on them: the claim and
-/// volume controllers, the orphan check, readiness and the gauge.
+/// The controllers, started again, watching VolumeSnapshots too, once the snapshot API is
+/// served after all. Stopping them is what losing leadership does (every task aborted,
+/// every reconcile where it stood); each reconcile starts from the API's state, so the
+/// new ones carry on.
 async fn controllers(
     client: Client,
     opts: Options,
     metrics: Arc<crate::metrics::Metrics>,
     health: Arc<crate::http::Health>,
 ) {
-    let snapshots = super::snapshots::served(&client)
-        .await
-        .then(|| super::snapshots::watch(&client));
+    let recheck = opts.snapshot_api_recheck;
+    loop {
+        let served = super::snapshots::served(&client).await;
+        let run = watched(
+            client.clone(),
+            opts.clone(),
+            metrics.clone(),
+            health.clone(),
+            served,
+        );
+        if served {
+            return run.await;
+        }
+        tokio::select! {
+            () = run => return,
+            () = super::snapshots::until_served(&client, recheck) => {
+                tracing::info!("the snapshot API is served now: the controllers start again, watching VolumeSnapshots too");
+            }
+        }
+    }
+}
+
+/// The watches, the context every reconcile shares, and what runs on them: the claim and
+/// volume controllers, the orphan check, readiness and the gauge; the snapshot controllers
+/// when `snapshots` (the API server serves them).
+async fn watched(
+    client: Client,
+    opts: Options,
+    metrics: Arc<crate::metrics::Metrics>,
+    health: Arc<crate::http::Health>,
+    snapshots: bool,
+) {
+    let snapshots = snapshots.then(|| super::snapshots::watch(&client));
     let w = watch_everything(&client, &opts);
     let claims = w.caches.claims.clone();
     let volumes_store = w.caches.volumes.clone();

@@ -422,3 +422,39 @@ async fn a_forged_content_restores_nothing_and_deletes_nothing() {
         "the volume the forged content named is untouched"
     );
 }
+
+/// Snapshot CRDs installed after the controller started: it finds the snapshot API when it
+/// next looks (every 5 minutes; every 2 seconds here) and watches VolumeSnapshots, without
+/// a restart.
+#[tokio::test]
+async fn snapshot_crds_installed_after_the_start_are_watched_without_a_restart() {
+    let sb = sandbox().await;
+    let options = flex_controller::controller::Options {
+        snapshot_api_recheck: std::time::Duration::from_secs(2),
+        ..common::provisioning::options()
+    };
+    let _c = common::provisioning::controller_with(&sb, options);
+    class(
+        &sb,
+        "snaps",
+        "Immediate",
+        "snapshot-fails",
+        json!({"snapshots": "true"}),
+    )
+    .await;
+    claim(&sb, "data", "snaps").await;
+    bound(&sb, "data", 120).await;
+    if !sb.serve_snapshots(false).await {
+        // The sandbox serves no snapshot API (docs/snapshots.md).
+        return;
+    }
+    snapshot_class(&sb, "Delete").await;
+    take(&sb, "late", "data").await;
+    let snapshots: Api<VolumeSnapshot> = Api::namespaced(sb.client().unwrap(), "default");
+    eventually(120, "the snapshot to be taken (and fail)", || async {
+        let s = snapshots.get("late").await.ok()?;
+        let m = s.status?.error?.message?;
+        m.contains("quota exceeded").then_some(())
+    })
+    .await;
+}
