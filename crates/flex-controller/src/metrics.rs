@@ -154,9 +154,10 @@ impl Metrics {
             NoticeKind::DeleteFailed => &self.delete_failed_total,
             NoticeKind::SnapshotCall(call) => {
                 let labels = [self.driver.as_str(), call.method(), call.status.grpc_code()];
-                if let Some(t) = call.started {
-                    let seconds = self.snapshot_calls.with_label_values(&labels);
-                    seconds.observe(seconds_since(t));
+                if let Some(seconds) = call.seconds(jiff::Timestamp::now()) {
+                    self.snapshot_calls
+                        .with_label_values(&labels)
+                        .observe(seconds);
                 }
                 return;
             }
@@ -231,6 +232,7 @@ mod tests {
                 delete,
                 status,
                 started: Some(started),
+                ended: None,
             })
         };
         m.count_notice(call(false, CallStatus::Ok), "fast", None);

@@ -34,6 +34,7 @@ impl Context {
         client: Client,
         opts: Options,
         metrics: std::sync::Arc<crate::metrics::Metrics>,
+        said: std::sync::Arc<super::seen::Seen>,
         caches: Caches,
     ) -> Self {
         let reporter = Reporter {
@@ -41,7 +42,7 @@ impl Context {
             instance: Some(opts.instance.clone()),
         };
         Context {
-            apply: Applier::new(client.clone(), reporter, metrics.clone()),
+            apply: Applier::new(client.clone(), reporter, metrics.clone(), said),
             client,
             opts,
             caches,

@@ -32,7 +32,7 @@ use flex_core::snapshot::{
 type Changes<K> = BoxStream<'static, Result<K, watcher::Error>>;
 
 /// Whether the API server serves the three kinds at `v1` (the CRDs are installed). Asked
-/// once at start: installing the CRDs later takes a restart of the controller.
+/// at start, then by `until_served` while it does not.
 pub(super) async fn served(client: &Client) -> bool {
     for _ in 0..3 {
         match serves_snapshots(client).await {

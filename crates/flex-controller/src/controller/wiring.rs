@@ -85,12 +85,14 @@ async fn controllers(
     health: Arc<crate::http::Health>,
 ) {
     let recheck = opts.snapshot_api_recheck;
+    // What was told (and counted) stays told when the controllers start again.
+    let said = Arc::new(super::seen::Seen::default());
     loop {
         let served = super::snapshots::served(&client).await;
         let run = watched(
             client.clone(),
             opts.clone(),
-            metrics.clone(),
+            (metrics.clone(), said.clone()),
             health.clone(),
             served,
         );
@@ -112,7 +114,7 @@ async fn controllers(
 async fn watched(
     client: Client,
     opts: Options,
-    metrics: Arc<crate::metrics::Metrics>,
+    (metrics, said): (Arc<crate::metrics::Metrics>, Arc<super::seen::Seen>),
     health: Arc<crate::http::Health>,
     snapshots: bool,
 ) {
@@ -121,7 +123,7 @@ async fn watched(
     let claims = w.caches.claims.clone();
     let volumes_store = w.caches.volumes.clone();
     let jobs = w.caches.jobs.clone();
-    let ctx = Arc::new(Context::new(client, opts, metrics, w.caches));
+    let ctx = Arc::new(Context::new(client, opts, metrics, said, w.caches));
     // Every watch runs in a task of its own and hands its changes on through queues
     // (`fan_out`), apart from the controllers: a change wakes the task that reads it, not
     // every watch and controller. Polled together in one task, each watch event and reply

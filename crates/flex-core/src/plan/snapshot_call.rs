@@ -11,8 +11,10 @@ pub struct SnapshotCall {
     /// A delete-snapshot Job (`DeleteSnapshot`), else a snapshot Job (`CreateSnapshot`).
     pub delete: bool,
     pub status: CallStatus,
-    /// The Job's creation: the call is timed from it.
+    /// The Job's creation and its end (completion, or failure): the call is timed between
+    /// the two, so a late look (after a restart, or a change of leader) times it right.
     pub started: Option<jiff::Timestamp>,
+    pub ended: Option<jiff::Timestamp>,
 }
 
 /// The gRPC status codes a Job's end maps to.
@@ -55,11 +57,28 @@ impl SnapshotCall {
     /// `job`'s end, with `status`.
     pub fn of(job: &Job, delete: bool, status: CallStatus) -> Self {
         let started = job.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        let s = job.status.as_ref();
+        let failed = (s
+            .and_then(|s| s.conditions.as_deref())
+            .into_iter()
+            .flatten())
+        .find(|c| c.type_ == "Failed" && c.status == "True")
+        .and_then(|c| c.last_transition_time.as_ref());
+        let ended = (s.and_then(|s| s.completion_time.as_ref()))
+            .or(failed)
+            .map(|t| t.0);
         SnapshotCall {
             delete,
             status,
             started,
+            ended,
         }
+    }
+
+    /// How long it ran; `None` when its start is not known.
+    pub fn seconds(&self, now: jiff::Timestamp) -> Option<f64> {
+        let ran = self.ended.unwrap_or(now).duration_since(self.started?);
+        Some(ran.as_secs_f64().max(0.0))
     }
 
     /// The CSI method the Job stands for, as the sidecar names it.
@@ -85,7 +104,7 @@ mod tests {
     }
 
     #[test]
-    fn a_timeout_is_a_deadline_even_when_the_policy_also_failed_it() {
+    fn each_failure_is_the_code_the_sidecar_would_report() {
         assert_eq!(
             CallStatus::of_failure(&failure(true, true)),
             CallStatus::DeadlineExceeded
@@ -102,20 +121,24 @@ mod tests {
 
     #[test]
     fn calls_are_named_as_the_csi_snapshotter_names_them() {
-        let job = Job {
-            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                creation_timestamp: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                    "2026-01-01T00:00:00Z".parse().unwrap(),
-                )),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
+        let mut job: Job = serde_json::from_value(serde_json::json!({
+            "metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"},
+            "status": {"completionTime": "2026-01-01T00:00:42Z"}
+        }))
+        .unwrap();
         let take = SnapshotCall::of(&job, false, CallStatus::Ok);
         assert_eq!(take.method(), "/csi.v1.Controller/CreateSnapshot");
         assert_eq!(take.status.grpc_code(), "OK");
         assert_eq!(take.started, Some("2026-01-01T00:00:00Z".parse().unwrap()));
+        let later = "2026-01-01T01:00:00Z".parse().unwrap();
+        assert_eq!(take.seconds(later), Some(42.0), "timed to its completion");
+        job.status = Some(
+            serde_json::from_value(serde_json::json!({"conditions": [{"type": "Failed",
+                "status": "True", "lastTransitionTime": "2026-01-01T00:00:07Z"}]}))
+            .unwrap(),
+        );
         let delete = SnapshotCall::of(&job, true, CallStatus::Unknown);
         assert_eq!(delete.method(), "/csi.v1.Controller/DeleteSnapshot");
+        assert_eq!(delete.seconds(later), Some(7.0), "timed to its failure");
     }
 }

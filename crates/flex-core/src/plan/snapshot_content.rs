@@ -176,6 +176,34 @@ pub fn plan_content(i: &ContentInputs<'_>) -> Decision<ContentPlan> {
         if let Some(record) = taken {
             return plan(ContentStep::WriteRecord(Box::new(record)), vec![]);
         }
+        // Its status says a copy was taken from a volume (written here only from the
+        // record), yet the record is gone: removed by hand, or by the garbage collector
+        // when the content was deleted in the foreground. Neither the status (anyone
+        // allowed to write it could name any path) nor the attempts' record (its handle may
+        // not be where the image put the copy) says for sure what to delete: the content
+        // is kept and this said, never a copy left behind unseen.
+        let taken = c
+            .status
+            .as_ref()
+            .is_some_and(|s| s.snapshot_handle.is_some());
+        if taken && c.spec.source.volume_handle.is_some() {
+            let record = crate::snapshot::record::snapshot_record_name(
+                c.spec
+                    .volume_snapshot_ref
+                    .uid
+                    .as_deref()
+                    .unwrap_or_default(),
+            );
+            let notice = Notice::warning(
+                format!("record-gone/{uid}"),
+                reasons::DELETE_ERROR,
+                format!(
+                    "cannot delete the snapshot of {name}: its record {record} is gone, so nothing is run and the content is kept; an admin removes its copy (in the snapshot's directory below the class's base), then the finalizer {FINALIZER_CONTENT_BOUND}"
+                ),
+            )
+            .action("DeleteSnapshot");
+            return plan(ContentStep::Ignore, vec![notice]);
+        }
         // What an attempt that recorded nothing may have left is removed from the
         // directory the controller gave it; with no attempt, nothing was taken.
         if let Some(left) = of(Action::Snapshot).find_map(leftover_of) {
@@ -198,29 +226,6 @@ pub fn plan_content(i: &ContentInputs<'_>) -> Decision<ContentPlan> {
                     plan(ContentStep::Ignore, vec![notice])
                 }
             };
-        }
-        // Its status says a copy was taken from a volume (written here only from the
-        // record), yet the record is gone: removed by hand, or by the garbage collector
-        // when the content was deleted in the foreground. The copy is not deleted on the
-        // status's word (anyone allowed to write it could name any path), nor forgotten.
-        let taken = c.status.as_ref().and_then(|s| s.snapshot_handle.as_deref());
-        if let (Some(handle), Some(_)) = (taken, c.spec.source.volume_handle.as_ref()) {
-            let record = crate::snapshot::record::snapshot_record_name(
-                c.spec
-                    .volume_snapshot_ref
-                    .uid
-                    .as_deref()
-                    .unwrap_or_default(),
-            );
-            let notice = Notice::warning(
-                format!("record-gone/{uid}"),
-                reasons::DELETE_ERROR,
-                format!(
-                    "cannot delete the snapshot of {name}: its record {record} is gone, so nothing is run and the content is kept; its copy may still be at {handle}: an admin removes it, then the finalizer {FINALIZER_CONTENT_BOUND}"
-                ),
-            )
-            .action("DeleteSnapshot");
-            return plan(ContentStep::Ignore, vec![notice]);
         }
         return plan(ContentStep::Finish(finish(c)), vec![]);
     };
@@ -246,6 +251,19 @@ fn deleted(job: &Job, status: CallStatus) -> NoticeKind {
     NoticeKind::SnapshotCall(SnapshotCall::of(job, true, status))
 }
 
+/// Whether a snapshot Job of `c` was created after `delete` was (or in the same second:
+/// creation times are whole seconds, and one more delete costs nothing).
+fn copied_since(i: &ContentInputs<'_>, c: &VolumeSnapshotContent, delete: &Job) -> bool {
+    let uid = c.metadata.uid.as_deref();
+    let created = |j: &Job| j.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    i.jobs.iter().any(|j| {
+        let labels = j.metadata.labels.as_ref();
+        annotation(&j.metadata, ANN_CONTENT_UID) == uid
+            && labels.and_then(Action::of) == Some(Action::Snapshot)
+            && matches!((created(j), created(delete)), (Some(s), Some(d)) if s >= d)
+    })
+}
+
 /// Runs delete-snapshot Jobs for `record`'s copy until one succeeds, then drops the
 /// finalizer.
 fn delete_copy(
@@ -262,6 +280,18 @@ fn delete_copy(
     let attempt = attempt_of(job);
     match outcome(job, &pods_of(job, &i.pods)) {
         JobOutcome::Running => plan(ContentStep::Wait(RUNNING_RECHECK), vec![]),
+        // A snapshot Job made after this delete began (its creation crossed the content's
+        // deletion) may have copied since: deleted again.
+        JobOutcome::Succeeded if copied_since(i, c, job) => {
+            let job = delete_snapshot_job(
+                record,
+                c,
+                i.provisioner_name,
+                attempt + 1,
+                i.job_ttl_seconds,
+            );
+            plan(ContentStep::CreateJob(Box::new(job)), vec![])
+        }
         JobOutcome::Succeeded => {
             let notice = Notice::normal(
                 format!("deleted/{uid}"),

@@ -68,20 +68,26 @@ pub struct Applier {
     written: Seen,
     /// Publishes the events users read (as `reporter`).
     recorder: Recorder,
-    /// Notices already told, so each is told once per object.
-    said: Seen,
+    /// Notices already told, so each is told once per object: shared by the controllers
+    /// started again (`wiring.rs`), so nothing is told, or counted, twice.
+    said: std::sync::Arc<Seen>,
     /// The success and failure counts, counted here as they are told (`tell.rs`).
     metrics: std::sync::Arc<Metrics>,
 }
 
 impl Applier {
-    pub fn new(client: Client, reporter: Reporter, metrics: std::sync::Arc<Metrics>) -> Self {
+    pub fn new(
+        client: Client,
+        reporter: Reporter,
+        metrics: std::sync::Arc<Metrics>,
+        said: std::sync::Arc<Seen>,
+    ) -> Self {
         Applier {
             recorder: Recorder::new(client.clone(), reporter),
             client,
             expected: Expected::default(),
             written: Seen::default(),
-            said: Seen::default(),
+            said,
             metrics,
         }
     }
@@ -318,6 +324,7 @@ mod tests {
             client,
             reporter,
             std::sync::Arc::new(crate::metrics::Metrics::new("test")),
+            std::sync::Arc::default(),
         )
     }
 

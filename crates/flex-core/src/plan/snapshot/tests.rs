@@ -324,7 +324,7 @@ fn a_checked_report_is_recorded_then_the_content_and_snapshot_are_ready() {
     // Told once, and counted as the CSI snapshotter counts a CreateSnapshot that succeeded.
     assert_eq!(p.notices[0].reason, reasons::CREATED);
     assert_eq!(p.notices[0].key, "taken/job-u");
-    assert_eq!(p.notices[0].kind, counted(false, CallStatus::Ok));
+    assert_eq!(call_of(&p.notices[0]), (false, CallStatus::Ok));
     let content_ready = {
         let mut c = content();
         c.status = Some(VolumeSnapshotContentStatus {
@@ -378,10 +378,7 @@ fn a_report_naming_another_directory_gives_up_and_records_nothing() {
     };
     assert_eq!(content["metadata"]["annotations"][ANN_GAVE_UP], "1");
     assert_eq!(content["metadata"]["resourceVersion"], "7");
-    assert_eq!(
-        p.notices[0].kind,
-        counted(false, CallStatus::InvalidArgument)
-    );
+    assert_eq!(call_of(&p.notices[0]), (false, CallStatus::InvalidArgument));
     let message = status["status"]["error"]["message"].as_str().unwrap();
     assert!(
         message.contains("only the snapshot it was given"),
@@ -413,7 +410,7 @@ fn a_failed_attempt_tells_the_images_message_and_retries_a_permanent_one_gives_u
     );
     assert!(message.contains("attempt 2 starts in 10s"), "{message}");
     assert_eq!(p.notices[0].reason, reasons::CREATION_FAILED);
-    assert_eq!(p.notices[0].kind, counted(false, CallStatus::Unknown));
+    assert_eq!(call_of(&p.notices[0]), (false, CallStatus::Unknown));
     // Once the content says so, the snapshot is told, then attempt 2 starts when due.
     let mut told = content();
     told.status = Some(VolumeSnapshotContentStatus {
@@ -474,10 +471,7 @@ fn a_failed_attempt_tells_the_images_message_and_retries_a_permanent_one_gives_u
         message.contains("exit code 2: quota exceeded on /var/flex"),
         "{message}"
     );
-    assert_eq!(
-        p.notices[0].kind,
-        counted(false, CallStatus::InvalidArgument)
-    );
+    assert_eq!(call_of(&p.notices[0]), (false, CallStatus::InvalidArgument));
     // Past its timeout: DeadlineExceeded, whatever else failed it.
     let mut late = w.jobs[0].clone();
     late.status = Some(
@@ -491,8 +485,8 @@ fn a_failed_attempt_tells_the_images_message_and_retries_a_permanent_one_gives_u
     };
     let p = decide(&w).unwrap();
     assert_eq!(
-        p.notices[0].kind,
-        counted(false, CallStatus::DeadlineExceeded)
+        call_of(&p.notices[0]),
+        (false, CallStatus::DeadlineExceeded)
     );
     // Given up: after its Jobs expired, nothing new starts.
     let mut gave_up = content();
@@ -596,11 +590,10 @@ fn status_writes_apply_only_to_the_objects_they_were_decided_for() {
     assert_eq!(patch["metadata"]["uid"], "content-u");
 }
 
-/// A snapshot Job's end as the metrics count it (the Jobs here carry no creation time).
-fn counted(delete: bool, status: CallStatus) -> crate::plan::NoticeKind {
-    crate::plan::NoticeKind::SnapshotCall(SnapshotCall {
-        delete,
-        status,
-        started: None,
-    })
+/// What a notice counts as in the metrics: which call, and its code.
+fn call_of(n: &Notice) -> (bool, CallStatus) {
+    match n.kind {
+        crate::plan::NoticeKind::SnapshotCall(c) => (c.delete, c.status),
+        other => panic!("counted as {other:?}"),
+    }
 }

@@ -145,18 +145,54 @@ fn delete_runs_the_recorded_recipe_only_after_reading_the_record_afresh() {
     let ContentStep::Finish(patch) = p.step else {
         panic!()
     };
-    let ended = |status| {
-        NoticeKind::SnapshotCall(SnapshotCall {
-            delete: true,
-            status,
-            started: None,
-        })
+    let NoticeKind::SnapshotCall(call) = p.notices[0].kind else {
+        panic!("not counted")
     };
-    assert_eq!(p.notices[0].kind, ended(CallStatus::Ok));
+    assert_eq!((call.delete, call.status), (true, CallStatus::Ok));
     assert_eq!(
         patch,
         json!({"metadata": {"resourceVersion": "9", "finalizers": ["other/keep"]}}),
         "only our finalizer goes, under the version decided on"
+    );
+}
+
+/// A snapshot Job created as the content was deleted (its plan decided just before) may
+/// copy after the delete ran: the copy is deleted again, not left behind.
+#[test]
+fn a_copy_made_after_the_delete_began_is_deleted_again() {
+    let c = content("Delete", true);
+    let mut w = world(c.clone());
+    w.record_read = true;
+    w.record = Some(record_of(&c));
+    let ContentStep::CreateJob(delete) = step(&w) else {
+        panic!()
+    };
+    let at = |second: i64| Some(Time(jiff::Timestamp::from_second(second).unwrap()));
+    let mut deleted = with_status(
+        *delete,
+        json!({"conditions": [{"type": "Complete", "status": "True"}]}),
+    );
+    deleted.metadata.creation_timestamp = at(50);
+    let mut copy: Job = serde_json::from_value(json!({"metadata": {
+        "name": "snapshot-9f1c", "uid": "copy-u",
+        "labels": {"flex-provisioner.io/action": "snapshot"},
+        "annotations": {ANN_CONTENT_UID: "content-u"}},
+        "status": {"failed": 1, "conditions": [{"type": "Failed", "status": "True"}]}}))
+    .unwrap();
+    copy.metadata.creation_timestamp = at(49);
+    w.jobs = vec![deleted.clone(), copy.clone()];
+    assert!(
+        matches!(step(&w), ContentStep::Finish(_)),
+        "made before: deleted"
+    );
+    copy.metadata.creation_timestamp = at(50);
+    w.jobs = vec![deleted, copy];
+    let ContentStep::CreateJob(again) = step(&w) else {
+        panic!("made as the delete began: deleted again")
+    };
+    assert_eq!(
+        again.metadata.name.as_deref(),
+        Some("delete-snapshot-9f1c-2")
     );
 }
 
@@ -178,12 +214,11 @@ fn a_failed_delete_keeps_the_finalizer_and_backs_off() {
     let p = decide(&w).unwrap();
     assert_eq!(p.step, ContentStep::Wait(Duration::from_secs(5)));
     assert_eq!(p.notices[0].reason, reasons::DELETE_ERROR);
-    let unknown = SnapshotCall {
-        delete: true,
-        status: CallStatus::Unknown,
-        started: None,
+    let NoticeKind::SnapshotCall(call) = p.notices[0].kind else {
+        panic!("not counted")
     };
-    assert_eq!(p.notices[0].kind, NoticeKind::SnapshotCall(unknown));
+    assert_eq!((call.delete, call.status), (true, CallStatus::Unknown));
+    assert_eq!(call.ended, Some(jiff::Timestamp::from_second(95).unwrap()));
     assert!(
         p.notices[0].message.contains("disk gone"),
         "{}",
@@ -216,7 +251,16 @@ fn without_a_record_of_ours_nothing_runs() {
         said.contains("its record flex-snapshot-9f1c is gone"),
         "{said}"
     );
-    assert!(said.contains("/var/flex/.snapshots/team/9f1c"), "{said}");
+    assert!(
+        !said.contains("/var/flex"),
+        "the status's path is not repeated as an instruction: {said}"
+    );
+    // Nor is the attempts' record used for it: the copy may not be where it says.
+    let attempted = crate::snapshot::record::read_snapshot_record(&record_of(&taken), &taken);
+    let attempt =
+        crate::snapshot::record::build_attempt_record(&taken, &attempted.unwrap()).unwrap();
+    w.attempt_record = Some(attempt);
+    assert_eq!(step(&w), ContentStep::Ignore);
     // A pre-provisioned content (an admin's, or forged) names a handle, not a volume:
     // nothing of it was taken here, and its finalizer goes.
     let mut static_content = taken.clone();
