@@ -85,19 +85,7 @@ pub(super) struct Watches {
 }
 
 pub(super) fn watch(client: &Client) -> Watches {
-    fn reflect<K>(client: &Client) -> (Store<K>, Changes<K>)
-    where
-        K: Resource<DynamicType = ()>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug
-            + Send
-            + Sync
-            + 'static,
-    {
-        reflect_trimmed(client, trim_meta)
-    }
-    fn reflect_trimmed<K>(client: &Client, trim: fn(&mut K)) -> (Store<K>, Changes<K>)
+    fn reflect<K>(client: &Client, trim: fn(&mut K)) -> (Store<K>, Changes<K>)
     where
         K: Resource<DynamicType = ()>
             + Clone
@@ -117,9 +105,9 @@ pub(super) fn watch(client: &Client) -> Watches {
             .boxed();
         (store, changes)
     }
-    let (snapshots, snapshot_changes) = reflect_trimmed(client, trim_snapshot);
-    let (contents, content_changes) = reflect(client);
-    let (classes, class_changes) = reflect(client);
+    let (snapshots, snapshot_changes) = reflect(client, trim_snapshot);
+    let (contents, content_changes) = reflect(client, trim_meta);
+    let (classes, class_changes) = reflect(client, trim_meta);
     Watches {
         snapshots,
         contents,

@@ -152,6 +152,29 @@ async fn delete_claim(cluster: &Cluster, name: &str) {
         .unwrap();
 }
 
+/// `TENANT_FILES` as copied into `copy` (by `what`) from `src`: each with its owner, group
+/// and mode, and the link as a link.
+fn kept_as_they_were(copy: &Path, src: &Path, what: &str) {
+    for p in [
+        "private",
+        "private/deep",
+        "private/deep/key",
+        "shared",
+        "shared/g",
+    ] {
+        assert_eq!(
+            owner_mode(&copy.join(p)),
+            owner_mode(&src.join(p)),
+            "{p}: {what} keeps owner, group and mode"
+        );
+    }
+    assert_eq!(
+        std::fs::read_link(copy.join("link")).unwrap(),
+        Path::new("private/deep/key"),
+        "{what} copies a link as a link"
+    );
+}
+
 /// (uid, gid, mode with its setuid/setgid/sticky bits) of `p`, not following a link.
 fn owner_mode(p: &Path) -> (u32, u32, u32) {
     let m = std::fs::symlink_metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
@@ -186,25 +209,8 @@ async fn hostpath_provisions_clones_expands_and_deprovisions_another_users_priva
     let copy = bound(&cluster, "copy", 120).await;
     let copy_pv = volume_of(&cluster, &copy).await;
     let copy_dir = storage_dir(&cluster, &copy_pv);
-    for p in [
-        "private",
-        "private/deep",
-        "private/deep/key",
-        "shared",
-        "shared/g",
-    ] {
-        assert_eq!(
-            owner_mode(&copy_dir.join(p)),
-            owner_mode(&src_dir.join(p)),
-            "{p}: the clone keeps owner, group and mode"
-        );
-    }
+    kept_as_they_were(&copy_dir, &src_dir, "the clone");
     assert_eq!(owner_mode(&copy_dir.join("shared")), (0, 1234, 0o2770));
-    assert_eq!(
-        std::fs::read_link(copy_dir.join("link")).unwrap(),
-        Path::new("private/deep/key"),
-        "a link is copied as a link"
-    );
     assert_eq!(
         std::fs::read_to_string(copy_dir.join("private/deep/key")).unwrap(),
         "secret\n"
@@ -339,6 +345,62 @@ async fn hostpath_without_a_needed_capability_fails_each_operation_with_a_clear_
         src_dir.join("private").exists(),
         "the volume is kept while it cannot be removed"
     );
+}
+
+/// The hostpath example's image line.
+const HOSTPATH_IMAGE: &str = "  image: ghcr.io/flex-provisioner/hostpath:0.1.0\n";
+
+/// What a Job's pod must never reach, beside the volumes it works on: another namespace's
+/// volume on the same node (`<base>/other-team/vault`) and a sibling claim's.
+async fn neighbours(cluster: &Cluster, base: &Path) {
+    let other_on_node = cluster
+        .node_root(NODES[0])
+        .join(base.join("other-team/vault").strip_prefix("/").unwrap());
+    std::fs::create_dir_all(&other_on_node).unwrap();
+    std::fs::write(other_on_node.join("key"), "other-tenant-secret\n").unwrap();
+    plain_claim(cluster, "sibling", "hostpath").await;
+    shell_pod(
+        cluster,
+        "sibling-writer",
+        "sibling",
+        "echo sibling > /data/sibling-file",
+    )
+    .await;
+    bound(cluster, "sibling", 60).await;
+}
+
+/// Claim `src` of `class`, bound, holding `source-file` and links planted to the other
+/// namespace's volume (by its path, and up from the volume).
+async fn planted_source(cluster: &Cluster, class: &str, base: &Path) {
+    plain_claim(cluster, "src", class).await;
+    let plant = format!(
+        "echo mine > /data/source-file; ln -s {} /data/to-other; ln -s ../../other-team/vault /data/up-to-other",
+        base.join("other-team/vault").display()
+    );
+    shell_pod(cluster, "src-writer", "src", &plant).await;
+    bound(cluster, "src", 60).await;
+}
+
+/// A script that lists what its pod sees below `base`, and what the planted link reads,
+/// into the termination message, then fails for good (so the listing is told).
+fn listing(base: &Path) -> String {
+    format!(
+        "log=${{TERMINATION_LOG:-/dev/termination-log}}; find {base} > $log 2>&1; cat {base}/default/*/to-other/key >> $log 2>&1; exit 2",
+        base = base.display()
+    )
+}
+
+/// The hostpath example as class `lister`, its image line replaced by `image` (an image
+/// and a command).
+async fn lister_class(cluster: &Cluster, base: &Path, image: &str) {
+    let text = std::fs::read_to_string("configmaps/hostpath.yaml").unwrap();
+    assert!(text.contains(HOSTPATH_IMAGE), "the example names its image");
+    let text = text
+        .replace(BASE, &base.display().to_string())
+        .replace("local-hostpath", "lister")
+        .replace("name: hostpath-provisioner", "name: lister")
+        .replace(HOSTPATH_IMAGE, image);
+    apply_example(cluster, "lister", &text).await;
 }
 
 /// A pod of the base image on the first node running `command`, with claim `claim` at /data.
@@ -616,54 +678,16 @@ async fn a_clone_job_sees_only_the_source_and_the_new_volume() {
     );
     let _c = common::provisioning::controller(&cluster);
     let base = hostpath_class(&cluster, "hostpath", SHIPPED_CAPS).await;
-    // Another namespace's volume, on the same node.
-    let other = base.join("other-team/vault");
-    let other_on_node = cluster
-        .node_root(NODES[0])
-        .join(other.strip_prefix("/").unwrap());
-    std::fs::create_dir_all(&other_on_node).unwrap();
-    std::fs::write(other_on_node.join("key"), "other-tenant-secret\n").unwrap();
-    // A sibling claim of the same namespace.
-    plain_claim(&cluster, "sibling", "hostpath").await;
-    shell_pod(
+    neighbours(&cluster, &base).await;
+    planted_source(&cluster, "hostpath", &base).await;
+    // The lister: the hostpath example's class and mounts, another program.
+    let lister = serde_json::to_string(&["sh", "-c", &listing(&base)]).unwrap();
+    lister_class(
         &cluster,
-        "sibling-writer",
-        "sibling",
-        "echo sibling > /data/sibling-file",
+        &base,
+        &format!("  image: localhost/busybox:1.35\n  command: '{lister}'\n"),
     )
     .await;
-    bound(&cluster, "sibling", 60).await;
-    // The source, with links to both planted in it.
-    plain_claim(&cluster, "src", "hostpath").await;
-    let plant = format!(
-        "echo mine > /data/source-file; ln -s {} /data/to-other; ln -s ../../other-team/vault /data/up-to-other",
-        other.display()
-    );
-    shell_pod(&cluster, "src-writer", "src", &plant).await;
-    bound(&cluster, "src", 60).await;
-
-    // The lister: the hostpath example's class and mounts, another program.
-    let lister = format!(
-        "log=${{TERMINATION_LOG:-/dev/termination-log}}; find {base} > $log 2>&1; cat {base}/default/*/to-other/key >> $log 2>&1; exit 2",
-        base = base.display()
-    );
-    let mut text = std::fs::read_to_string("configmaps/hostpath.yaml").unwrap();
-    text = text
-        .replace(BASE, &base.display().to_string())
-        .replace("local-hostpath", "lister")
-        .replace("name: hostpath-provisioner", "name: lister")
-        .replace(
-            "  image: ghcr.io/flex-provisioner/hostpath:0.1.0\n",
-            &format!(
-                "  image: localhost/busybox:1.35\n  command: '{}'\n",
-                serde_json::to_string(&["sh", "-c", &lister]).unwrap()
-            ),
-        );
-    assert!(
-        text.contains("localhost/busybox"),
-        "the example names its image"
-    );
-    apply_example(&cluster, "lister", &text).await;
     clone_claim(&cluster, "copy", "lister", "src").await;
     shell_pod_pending(&cluster, "copy-user", "copy").await;
     let seen = wait_event(&cluster, "copy", "ProvisioningFailed", "source-file", 120).await;
@@ -713,68 +737,22 @@ async fn a_snapshot_job_keeps_owners_and_sees_only_its_volume_and_its_copy() {
         .parent()
         .unwrap()
         .join(format!(".snapshots/default/{taken_uid}"));
-    for p in [
-        "private",
-        "private/deep",
-        "private/deep/key",
-        "shared",
-        "shared/g",
-    ] {
-        assert_eq!(
-            owner_mode(&copy.join(p)),
-            owner_mode(&owned_dir.join(p)),
-            "{p}: the snapshot keeps owner, group and mode"
-        );
-    }
-    assert_eq!(
-        std::fs::read_link(copy.join("link")).unwrap(),
-        Path::new("private/deep/key"),
-        "a link is copied as a link"
-    );
+    kept_as_they_were(&copy, &owned_dir, "the snapshot");
 
-    // Another namespace's volume, on the same node, and a sibling claim's.
-    let other = base.join("other-team/vault");
-    let other_on_node = cluster
-        .node_root(NODES[0])
-        .join(other.strip_prefix("/").unwrap());
-    std::fs::create_dir_all(&other_on_node).unwrap();
-    std::fs::write(other_on_node.join("key"), "other-tenant-secret\n").unwrap();
-    plain_claim(&cluster, "sibling", "hostpath").await;
-    shell_pod(
-        &cluster,
-        "sibling-writer",
-        "sibling",
-        "echo sibling > /data/sibling-file",
-    )
-    .await;
-    bound(&cluster, "sibling", 60).await;
+    neighbours(&cluster, &base).await;
     // A class whose image lists what its snapshot Job sees (and provisions as hostpath).
     let lister = format!(
-        "if [ \"$ACTION\" = snapshot ]; then log=${{TERMINATION_LOG:-/dev/termination-log}}; find {base} > $log 2>&1; cat {base}/default/*/to-other/key >> $log 2>&1; exit 2; fi; exec entrypoint \"$@\"",
-        base = base.display()
+        "if [ \"$ACTION\" = snapshot ]; then {}; fi; exec entrypoint \"$@\"",
+        listing(&base)
     );
-    let mut text = std::fs::read_to_string("configmaps/hostpath.yaml").unwrap();
-    let image = "  image: ghcr.io/flex-provisioner/hostpath:0.1.0\n";
-    assert!(text.contains(image), "the example names its image");
-    text = text
-        .replace(BASE, &base.display().to_string())
-        .replace("local-hostpath", "lister")
-        .replace("name: hostpath-provisioner", "name: lister")
-        .replace(
-            image,
-            &format!(
-                "{image}  command: '{}'\n",
-                serde_json::to_string(&["sh", "-c", &lister, "sh"]).unwrap()
-            ),
-        );
-    apply_example(&cluster, "lister", &text).await;
-    plain_claim(&cluster, "src", "lister").await;
-    let plant = format!(
-        "echo mine > /data/source-file; ln -s {} /data/to-other; ln -s ../../other-team/vault /data/up-to-other",
-        other.display()
-    );
-    shell_pod(&cluster, "src-writer", "src", &plant).await;
-    bound(&cluster, "src", 60).await;
+    let lister = serde_json::to_string(&["sh", "-c", &lister, "sh"]).unwrap();
+    lister_class(
+        &cluster,
+        &base,
+        &format!("{HOSTPATH_IMAGE}  command: '{lister}'\n"),
+    )
+    .await;
+    planted_source(&cluster, "lister", &base).await;
     crate::snapshots::take(&cluster, "listed", "src").await;
     let snapshots: Api<flex_core::snapshot::VolumeSnapshot> =
         Api::namespaced(cluster.client().unwrap(), "default");

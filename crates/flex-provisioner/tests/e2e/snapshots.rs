@@ -114,6 +114,16 @@ fn dirs(sb: &Cluster, pv: &PersistentVolume, uid: &str) -> (PathBuf, PathBuf) {
     (volume, base.join(copy))
 }
 
+/// Waits for content `name` to be gone.
+async fn content_gone(sb: &Cluster, name: &str) {
+    let contents: Api<VolumeSnapshotContent> = Api::all(sb.client().unwrap());
+    eventually(120, &format!("content {name} to go"), || async {
+        let gone = contents.get_opt(name).await.ok()?.is_none();
+        gone.then_some(())
+    })
+    .await;
+}
+
 pub(crate) async fn ready(sb: &Cluster, name: &str) -> VolumeSnapshot {
     let snapshots: Api<VolumeSnapshot> = Api::namespaced(sb.client().unwrap(), "default");
     eventually(120, &format!("snapshot {name} to be ready"), || async {
@@ -299,16 +309,7 @@ async fn a_snapshot_whose_job_fails_shows_the_images_message() {
         .delete("doomed", &DeleteParams::default())
         .await
         .unwrap();
-    let contents: Api<VolumeSnapshotContent> = Api::all(sb.client().unwrap());
-    eventually(120, "the content to go", || async {
-        contents
-            .get_opt(&format!("snapcontent-{uid}"))
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    content_gone(&sb, &format!("snapcontent-{uid}")).await;
     let deletes = jobs_of(&sb, "delete-snapshot").await;
     assert_eq!(deletes.len(), 1, "one delete-snapshot Job");
     let env = deletes[0]
@@ -404,15 +405,7 @@ async fn a_forged_content_restores_nothing_and_deletes_nothing() {
         .delete("forged", &DeleteParams::default())
         .await
         .unwrap();
-    eventually(120, "the forged content to go", || async {
-        contents
-            .get_opt("forged-content")
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    content_gone(&sb, "forged-content").await;
     assert!(
         jobs_of(&sb, "delete-snapshot").await.is_empty(),
         "nothing runs for a content this provisioner did not take"
