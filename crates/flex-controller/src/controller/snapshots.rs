@@ -206,6 +206,24 @@ struct Stores {
 /// What both reconcilers share.
 type Both = Arc<(Arc<Context>, Arc<Stores>)>;
 
+/// A snapshot's record and its attempts' record, as the cache holds them, or (`afresh`) as
+/// the API server does.
+async fn records_of(
+    ctx: &Context,
+    snapshot_uid: &str,
+    afresh: bool,
+) -> crate::Result<(Option<ConfigMap>, Option<ConfigMap>)> {
+    let names = [
+        snapshot_record_name(snapshot_uid),
+        attempt_record_name(snapshot_uid),
+    ];
+    if !afresh {
+        return Ok((cached_record(ctx, &names[0]), cached_record(ctx, &names[1])));
+    }
+    let taken = super::reads::snapshot_record(ctx, &names[0]).await?;
+    Ok((taken, super::reads::snapshot_record(ctx, &names[1]).await?))
+}
+
 /// A snapshot's record (`snapshot_record_name`, `attempt_record_name`) as the cache holds it
 /// (in any config namespace).
 fn cached_record(ctx: &Context, name: &str) -> Option<ConfigMap> {
@@ -254,9 +272,7 @@ async fn reconcile_snapshot(vs: Arc<VolumeSnapshot>, shared: Both) -> crate::Res
     let content_unseen = (ctx.apply.expected)
         .unseen_for(&content_key, |_| content.is_some())
         .is_some();
-    let (record_name, attempts_name) = (snapshot_record_name(&uid), attempt_record_name(&uid));
-    let mut record = cached_record(ctx, &record_name);
-    let mut attempt_record = cached_record(ctx, &attempts_name);
+    let (mut record, mut attempt_record) = records_of(ctx, &uid, false).await?;
     let mut record_read = false;
     let jobs = ctx.caches.jobs_by(&by_snapshot(&uid));
     let pods = ctx.caches.pods_by(&by_snapshot(&uid));
@@ -294,8 +310,7 @@ async fn reconcile_snapshot(vs: Arc<VolumeSnapshot>, shared: Both) -> crate::Res
                     Some(cm) => flex_core::record::read_record(&cm, pv),
                     None => Err(flex_core::record::RecordError::missing(pv)),
                 });
-                record = super::reads::snapshot_record(ctx, &record_name).await?;
-                attempt_record = super::reads::snapshot_record(ctx, &attempts_name).await?;
+                (record, attempt_record) = records_of(ctx, &uid, true).await?;
                 (read, record_read) = (true, true);
             }
             Err(_) => return Ok(Action::requeue(Duration::from_secs(30))),
@@ -383,10 +398,7 @@ async fn reconcile_content(
     }
     let mut snapshot_exists = cached;
     let mut snapshot_confirmed = false;
-    let record_name = snapshot_record_name(&snapshot_uid);
-    let attempts_name = attempt_record_name(&snapshot_uid);
-    let mut record = cached_record(ctx, &record_name);
-    let mut attempt_record = cached_record(ctx, &attempts_name);
+    let (mut record, mut attempt_record) = records_of(ctx, &snapshot_uid, false).await?;
     let mut record_read = false;
     let plan = {
         let mut asked: Vec<Ask> = Vec::new();
@@ -431,8 +443,7 @@ async fn reconcile_content(
                     snapshot_confirmed = true;
                 }
                 Ask::Record => {
-                    record = super::reads::snapshot_record(ctx, &record_name).await?;
-                    attempt_record = super::reads::snapshot_record(ctx, &attempts_name).await?;
+                    (record, attempt_record) = records_of(ctx, &snapshot_uid, true).await?;
                     record_read = true;
                 }
                 _ => return Ok(Action::requeue(Duration::from_secs(30))),

@@ -79,10 +79,9 @@ fn each_action_mounts_only_its_part_of_the_base() {
     assert!(mounts(&t).contains(&("/var/lib/volumes".into(), None, false)));
 }
 
-/// A clone also mounts its source's directory, read-only, from the source's own base.
-#[test]
-fn a_clone_mounts_its_source_read_only_from_the_source_record() {
-    let recipe = crate::recipe::JobRecipe {
+/// A recorded recipe of the shared template whose volume is `directory` of the base.
+fn recipe_in(directory: &str) -> crate::recipe::JobRecipe {
+    crate::recipe::JobRecipe {
         namespace: "cfg".into(),
         config: "cfg/x".into(),
         image: "i".into(),
@@ -96,8 +95,14 @@ fn a_clone_mounts_its_source_read_only_from_the_source_record() {
         retries: 0,
         permanent_exit_codes: Default::default(),
         no_api_token: true,
-        volume: Some(dir("team-a/src")),
-    };
+        volume: Some(dir(directory)),
+    }
+}
+
+/// A clone also mounts its source's directory, read-only, from the source's own base.
+#[test]
+fn a_clone_mounts_its_source_read_only_from_the_source_record() {
+    let recipe = recipe_in("team-a/src");
     let source = source_mount(&recipe).unwrap();
     assert_eq!(source.mount_path, "/var/lib/volumes/team-a/src");
     assert_eq!(source.volume.name, SOURCE_VOLUME);
@@ -193,22 +198,7 @@ fn a_rendered_directory_stays_inside_the_base() {
 /// snapshot's; a restore reads only the snapshot's.
 #[test]
 fn snapshot_jobs_mount_only_the_snapshot_and_its_volume() {
-    let volume_recipe = crate::recipe::JobRecipe {
-        namespace: "cfg".into(),
-        config: "cfg/x".into(),
-        image: "i".into(),
-        command: None,
-        args: None,
-        service_account: None,
-        node_selector: Default::default(),
-        node: None,
-        pod_template: Some(template()),
-        timeout_seconds: 60,
-        retries: 0,
-        permanent_exit_codes: Default::default(),
-        no_api_token: true,
-        volume: Some(dir("team-a/data-1")),
-    };
+    let volume_recipe = recipe_in("team-a/data-1");
     let snapshot = dir(&snapshot_directory("team-a", "9f1c"));
     assert_eq!(snapshot.directory, ".snapshots/team-a/9f1c");
     let volume = source_mount(&volume_recipe).unwrap();

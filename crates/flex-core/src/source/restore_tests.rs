@@ -1,11 +1,10 @@
 //! `restore_source`: what a claim restored from a VolumeSnapshot copies, or why it cannot.
 
 use super::*;
+use crate::snapshot::fixtures::{ME, class};
 use crate::snapshot::record::{SnapshotRecord, build_snapshot_record};
 use crate::snapshot::{VolumeSnapshot, VolumeSnapshotClass, VolumeSnapshotContent, content_for};
 use serde_json::json;
-
-const ME: &str = "flex-provisioner.io/job";
 
 fn request(size: &str) -> crate::claim::ClaimRequest {
     let pvc: k8s_openapi::api::core::v1::PersistentVolumeClaim = serde_json::from_value(json!({
@@ -26,12 +25,6 @@ fn snapshot(ready: bool) -> VolumeSnapshot {
                  "source": {"persistentVolumeClaimName": "data"}},
         "status": {"readyToUse": ready, "boundVolumeSnapshotContentName": "snapcontent-9f1c"}
     }))
-    .unwrap()
-}
-
-fn class(driver: &str) -> VolumeSnapshotClass {
-    serde_json::from_value(json!({"metadata": {"name": "flex"}, "driver": driver,
-        "deletionPolicy": "Delete"}))
     .unwrap()
 }
 

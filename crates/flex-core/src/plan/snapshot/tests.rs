@@ -1,24 +1,7 @@
 use super::*;
-use crate::recipe::JobRecipe;
 use crate::snapshot::VolumeSnapshotContentStatus;
+use crate::snapshot::fixtures::{self, ME, class, recipe, snapshot};
 use serde_json::json;
-
-const ME: &str = "flex-provisioner.io/job";
-
-fn snapshot() -> VolumeSnapshot {
-    serde_json::from_value(json!({
-        "metadata": {"name": "before", "namespace": "team", "uid": "9f1c"},
-        "spec": {"volumeSnapshotClassName": "flex",
-                 "source": {"persistentVolumeClaimName": "data"}}
-    }))
-    .unwrap()
-}
-
-fn class(driver: &str) -> VolumeSnapshotClass {
-    serde_json::from_value(json!({"metadata": {"name": "flex"}, "driver": driver,
-        "deletionPolicy": "Delete"}))
-    .unwrap()
-}
 
 fn claim() -> PersistentVolumeClaim {
     serde_json::from_value(json!({
@@ -28,29 +11,15 @@ fn claim() -> PersistentVolumeClaim {
     .unwrap()
 }
 
+/// The claim's volume, made and verified by this provisioner.
 fn pv() -> PersistentVolume {
-    serde_json::from_value(json!({
-        "metadata": {"name": "pvc-c1", "uid": "pv-u",
-                     "annotations": {"pv.kubernetes.io/provisioned-by": ME},
-                     "finalizers": [crate::names::FINALIZER_DEPROVISION]},
-        "spec": {"capacity": {"storage": "1Gi"}, "storageClassName": "hostpath",
-                 "local": {"path": "/var/flex/team/data-c1"},
-                 "claimRef": {"namespace": "team", "name": "data", "uid": "c1"}}
-    }))
-    .unwrap()
-}
-
-fn recipe() -> JobRecipe {
-    serde_json::from_value(json!({
-        "namespace": "cfg", "config": "cfg/hostpath", "image": "hostpath:1",
-        "timeoutSeconds": 60, "retries": 0, "permanentExitCodes": [2],
-        "podTemplate": {"spec": {
-            "volumes": [{"name": "base", "hostPath": {"path": "/var/flex"}}],
-            "containers": [{"name": "provisioner",
-                            "volumeMounts": [{"name": "base", "mountPath": "/var/flex"}]}]}},
-        "volume": {"base": "base", "directory": "team/data-c1"}
-    }))
-    .unwrap()
+    let mut pv = fixtures::pv();
+    pv.metadata.annotations = Some(BTreeMap::from([(
+        "pv.kubernetes.io/provisioned-by".into(),
+        ME.into(),
+    )]));
+    pv.metadata.finalizers = Some(vec![crate::names::FINALIZER_DEPROVISION.into()]);
+    pv
 }
 
 fn content() -> VolumeSnapshotContent {

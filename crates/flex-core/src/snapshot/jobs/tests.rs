@@ -1,43 +1,16 @@
 use super::*;
+use crate::snapshot::fixtures::{self, pv, snapshot};
 use serde_json::{Value, json};
 
 fn recipe() -> JobRecipe {
-    serde_json::from_value(json!({
-        "namespace": "cfg", "config": "cfg/hostpath", "image": "hostpath:1",
-        "timeoutSeconds": 60, "retries": 0, "permanentExitCodes": [2], "noApiToken": true,
-        "node": "node-a",
-        "podTemplate": {"spec": {
-            "volumes": [{"name": "base", "hostPath": {"path": "/var/flex"}}],
-            "containers": [{"name": "provisioner",
-                            "volumeMounts": [{"name": "base", "mountPath": "/var/flex"}]}]}},
-        "volume": {"base": "base", "directory": "team/data-c1"}
-    }))
-    .unwrap()
-}
-
-fn pv() -> PersistentVolume {
-    serde_json::from_value(json!({
-        "metadata": {"name": "pvc-c1", "uid": "pv-u"},
-        "spec": {"capacity": {"storage": "1Gi"}, "storageClassName": "hostpath",
-                 "local": {"path": "/var/flex/team/data-c1"},
-                 "claimRef": {"namespace": "team", "name": "data", "uid": "c1"}}
-    }))
-    .unwrap()
-}
-
-fn snapshot() -> VolumeSnapshot {
-    serde_json::from_value(json!({
-        "metadata": {"name": "before", "namespace": "team", "uid": "9f1c"},
-        "spec": {"volumeSnapshotClassName": "flex",
-                 "source": {"persistentVolumeClaimName": "data"}}
-    }))
-    .unwrap()
+    let mut r = fixtures::recipe();
+    r.node = Some("node-a".into());
+    r.no_api_token = true;
+    r
 }
 
 fn class() -> VolumeSnapshotClass {
-    serde_json::from_value(json!({"metadata": {"name": "flex"},
-        "driver": "flex-provisioner.io/job", "deletionPolicy": "Delete"}))
-    .unwrap()
+    fixtures::class(fixtures::ME)
 }
 
 fn content() -> VolumeSnapshotContent {
@@ -46,16 +19,20 @@ fn content() -> VolumeSnapshotContent {
     c
 }
 
-fn env(job: &Job) -> BTreeMap<String, String> {
-    let c = &job
-        .spec
+/// The Job's one container.
+fn container(job: &Job) -> &k8s_openapi::api::core::v1::Container {
+    &job.spec
         .as_ref()
         .unwrap()
         .template
         .spec
         .as_ref()
         .unwrap()
-        .containers[0];
+        .containers[0]
+}
+
+fn env(job: &Job) -> BTreeMap<String, String> {
+    let c = container(job);
     (c.env.iter().flatten())
         .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
         .collect()
@@ -63,15 +40,7 @@ fn env(job: &Job) -> BTreeMap<String, String> {
 
 /// (mountPath, subPath, readOnly) of the container's mounts.
 fn mounts(job: &Job) -> Vec<(String, Option<String>, bool)> {
-    let c = &job
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap()
-        .containers[0];
+    let c = container(job);
     (c.volume_mounts.iter().flatten())
         .map(|m| {
             (
